@@ -1,0 +1,101 @@
+package boundary
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+)
+
+// Stats are the boundary's running totals.
+type Stats struct {
+	Conns     atomic.Int64 // proxy connections accepted
+	Queries   atomic.Int64 // DNS queries received
+	Allowed   atomic.Int64 // decisions that allowed
+	Denied    atomic.Int64 // decisions that denied (incl. identity failures)
+	Malformed atomic.Int64 // malformed proxy requests and DNS packets
+	Faults    atomic.Int64 // conn and query actors that failed
+}
+
+// Boundary is a running boundary subtree.
+type Boundary struct {
+	sys   *actor.ActorSystem
+	pid   *actor.PID
+	cfg   *Config
+	stats *Stats
+}
+
+// Start spawns the boundary actor (named "boundary") and its listener
+// children on sys.
+func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
+	if cfg.Decider == nil {
+		return nil, errors.New("boundary: no policy decider configured")
+	}
+	if cfg.Proxy == nil && cfg.DNSPacket == nil && cfg.DNSStream == nil {
+		return nil, errors.New("boundary: no listener configured (need a proxy or a DNS listener)")
+	}
+	cfg.defaults()
+	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{}}
+	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
+		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
+		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {
+			if cfg.OnGiveUp != nil {
+				cfg.OnGiveUp(supervise.Kind(child), reason)
+			}
+		}))
+	props := actor.PropsFromProducer(func() actor.Actor { return &boundaryActor{b: b} },
+		actor.WithSupervisor(strategy),
+		actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
+	pid, err := sys.Root.SpawnNamed(props, "boundary")
+	if err != nil {
+		return nil, fmt.Errorf("boundary: spawn: %w", err)
+	}
+	b.pid = pid
+	return b, nil
+}
+
+// PID is the boundary actor.
+func (b *Boundary) PID() *actor.PID { return b.pid }
+
+// Stats returns the live totals.
+func (b *Boundary) Stats() *Stats { return b.stats }
+
+// Counters returns the directive counters of the subtree.
+func (b *Boundary) Counters() *supervise.Counters { return b.cfg.Counters }
+
+// Stop stops the subtree and waits for it (protoactor bounds the wait at
+// 10 s). Listeners are not closed: they belong to whoever created them.
+func (b *Boundary) Stop() error {
+	if err := b.sys.Root.StopFuture(b.pid).Wait(); err != nil {
+		return fmt.Errorf("boundary: stop: %w", err)
+	}
+	return nil
+}
+
+// boundaryActor supervises the listener actors; it holds nothing mutable
+// itself, so a restart of a child re-creates the child on the same sockets.
+type boundaryActor struct{ b *Boundary }
+
+func (a *boundaryActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		cfg := a.b.cfg
+		leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure,
+			supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters))
+		mw := actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log))
+		if cfg.Proxy != nil {
+			ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &proxyActor{b: a.b} },
+				actor.WithSupervisor(leaf), mw), "proxy")
+		}
+		if cfg.DNSPacket != nil || cfg.DNSStream != nil {
+			ans := &dnsproxy.Answerer{Decider: cfg.Decider, Upstream: cfg.DNSUpstream, Injector: cfg.Injector}
+			ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &dnsActor{b: a.b, answerer: ans} },
+				actor.WithSupervisor(leaf), mw), "dns")
+		}
+	}
+}

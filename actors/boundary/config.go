@@ -1,0 +1,107 @@
+package boundary
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+// ConnectQuery is what a connection actor asks the policy.
+type ConnectQuery struct {
+	Host         string // normalised: lower-case, no trailing dot
+	Port         int
+	Exe          string
+	Ancestors    []string
+	IdentityNone bool // endpoint-only matching: binaries are ignored
+}
+
+// ConnectVerdict is the policy's answer to a ConnectQuery.
+type ConnectVerdict struct {
+	Allow      bool
+	Reason     reason.Code
+	Policy     string
+	Message    string
+	Version    uint64
+	AllowedIPs []netip.Prefix
+	ExactHost  bool
+}
+
+// Decider is the policy as the boundary's actors see it.
+type Decider interface {
+	DecideConnect(ctx context.Context, q ConnectQuery) ConnectVerdict
+	dnsproxy.Decider
+}
+
+// Config is everything the boundary's actors share. The listeners are
+// owned by the boundary actor: a restarted proxy or dns actor keeps
+// serving on the same sockets.
+type Config struct {
+	// Proxy is the HTTP proxy listener (nil: no proxy).
+	Proxy net.Listener
+	// DNSPacket and DNSStream are the DNS listeners (nil: none).
+	DNSPacket net.PacketConn
+	DNSStream net.Listener
+
+	Decider  Decider
+	Identity identity.Resolver
+	// Resolver resolves CONNECT targets (a static hosts file or the system).
+	Resolver proxy.Resolver
+	// DNSUpstream answers allowed DNS names.
+	DNSUpstream   dnsproxy.Upstream
+	AllowLoopback bool
+	Audit         audit.Sink
+	Injector      fault.Injector
+	Log           zerolog.Logger
+	// Counters receives every supervision directive of the tree.
+	Counters *supervise.Counters
+	// Sandbox names the sandbox in audit events ("" for a standalone boundary).
+	Sandbox string
+
+	// HeaderTimeout bounds reading a proxy request header (default 10 s).
+	HeaderTimeout time.Duration
+	// DialTimeout bounds resolving and dialing an upstream (default 10 s).
+	DialTimeout time.Duration
+	// IdleTimeout bounds an idle DNS-over-TCP connection (default 10 s).
+	IdleTimeout time.Duration
+	// OnGiveUp runs when a listener actor exhausted its restart budget
+	// (10 restarts in 10 s): the boundary can no longer serve.
+	OnGiveUp func(kind string, reason any)
+}
+
+func (c *Config) defaults() {
+	if c.Identity == nil {
+		c.Identity = identity.None{}
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
+	if c.Audit == nil {
+		c.Audit = audit.Discard{}
+	}
+	if c.Injector == nil {
+		c.Injector = fault.Nop{}
+	}
+	if c.Counters == nil {
+		c.Counters = supervise.NewCounters()
+	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 10 * time.Second
+	}
+}

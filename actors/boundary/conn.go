@@ -1,0 +1,268 @@
+package boundary
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+// step is where a connection actor is in its sequence. A failure is
+// attributed to the step it happened in.
+type step int
+
+const (
+	stepRead     step = 1
+	stepIdentity step = 2
+	stepDecide   step = 3
+	stepDial     step = 4
+	stepRelay    step = 5
+)
+
+func (s step) String() string {
+	switch s {
+	case stepRead:
+		return "read"
+	case stepIdentity:
+		return "identity"
+	case stepDecide:
+		return "decide"
+	case stepDial:
+		return "dial"
+	case stepRelay:
+		return "relay"
+	default:
+		return "step(" + strconv.Itoa(int(s)) + ")"
+	}
+}
+
+// Messages a connection actor sends itself from its I/O goroutines.
+type (
+	requestRead struct {
+		req *proxy.Request
+		err error
+	}
+	dialed struct {
+		conn    net.Conn
+		blocked string
+		err     error
+	}
+	relayDone struct{ err error }
+)
+
+// connActor mediates one proxy connection.
+type connActor struct {
+	b        *Boundary
+	conn     net.Conn
+	id       uint64
+	step     step
+	req      *proxy.Request
+	who      identity.Identity
+	verdict  ConnectVerdict
+	upstream net.Conn
+	answered bool // the client got its answer (or its tunnel)
+	relays   int  // relay goroutines still running
+}
+
+func (a *connActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *requestRead:
+		a.onRequest(ctx, m)
+	case *dialed:
+		a.onDialed(ctx, m)
+	case *relayDone:
+		a.relays--
+		if a.relays <= 0 {
+			ctx.Stop(ctx.Self())
+		}
+	case *actor.Stopping:
+		a.cleanup()
+	}
+}
+
+func (a *connActor) start(ctx actor.Context) {
+	a.step = stepRead
+	if err := a.b.cfg.Injector.Inject(fault.ProxyAccept); err != nil {
+		a.b.cfg.Log.Debug().Err(err).Uint64("conn", a.id).Msg("proxy accept fault: closing")
+		a.answered = true
+		ctx.Stop(ctx.Self())
+		return
+	}
+	send := sendTo(ctx.ActorSystem(), ctx.Self())
+	conn, timeout := a.conn, a.b.cfg.HeaderTimeout
+	go func() {
+		_ = conn.SetReadDeadline(time.Now().Add(timeout))
+		req, err := proxy.ReadRequest(conn)
+		_ = conn.SetReadDeadline(time.Time{})
+		send(&requestRead{req: req, err: err})
+	}()
+}
+
+func (a *connActor) onRequest(ctx actor.Context, m *requestRead) {
+	if m.err != nil {
+		a.answered = true
+		var bad *proxy.BadRequestError
+		if errors.As(m.err, &bad) {
+			a.b.stats.Malformed.Add(1)
+			a.writeBounded(func() error { return proxy.WriteBadRequest(a.conn, bad.Msg) })
+		}
+		a.b.cfg.Log.Debug().Err(m.err).Uint64("conn", a.id).Msg("proxy request not served")
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.req = m.req
+	cfg := a.b.cfg
+
+	a.step = stepIdentity
+	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
+	who, err := cfg.Identity.Resolve(context.Background(), local, remote)
+	if err != nil {
+		a.deny(reason.IdentityUnavailable, "-", 0, fmt.Sprintf("peer identity unavailable: %v", err))
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.who = who
+
+	a.step = stepDecide
+	a.verdict = cfg.Decider.DecideConnect(context.Background(), ConnectQuery{
+		Host: a.req.Host, Port: a.req.Port, Exe: who.Exe, Ancestors: who.Ancestors,
+		IdentityNone: cfg.Identity.Mode() == identity.ModeNone,
+	})
+	if !a.verdict.Allow {
+		a.deny(a.verdict.Reason, a.verdict.Policy, a.verdict.Version, a.verdict.Message)
+		ctx.Stop(ctx.Self())
+		return
+	}
+
+	a.step = stepDial
+	send := sendTo(ctx.ActorSystem(), ctx.Self())
+	host, port := a.req.Host, a.req.Port
+	rule := proxy.DestRule{AllowedIPs: a.verdict.AllowedIPs, ExactHost: a.verdict.ExactHost, AllowLoopback: cfg.AllowLoopback}
+	go func() {
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+		defer cancel()
+		c, blocked, err := proxy.DialChecked(dctx, &net.Dialer{}, cfg.Resolver, host, port, rule)
+		send(&dialed{conn: c, blocked: blocked, err: err})
+	}()
+}
+
+func (a *connActor) onDialed(ctx actor.Context, m *dialed) {
+	v := a.verdict
+	switch {
+	case m.blocked != "":
+		a.deny(reason.InternalAddressBlocked, v.Policy, v.Version, m.blocked)
+		ctx.Stop(ctx.Self())
+		return
+	case m.err != nil:
+		a.record(true, reason.UpstreamUnreachable, v.Policy, v.Version, m.err.Error())
+		a.answered = true
+		a.writeBounded(func() error { return proxy.WriteBadGateway(a.conn, a.req.Host, a.req.Port, m.err.Error()) })
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.upstream = m.conn
+	a.step = stepRelay
+	a.record(true, reason.None, v.Policy, v.Version, v.Message)
+	a.answered = true
+	send := sendTo(ctx.ActorSystem(), ctx.Self())
+	client, upstream, req := a.conn, a.upstream, a.req
+	if req.Kind == proxy.KindConnect {
+		if err := proxy.WriteEstablished(client); err != nil {
+			ctx.Stop(ctx.Self())
+			return
+		}
+		a.relays = 2
+		go func() { _, err := proxy.Pipe(upstream, client, req.Reader); send(&relayDone{err: err}) }()
+		go func() { _, err := proxy.Pipe(client, upstream, nil); send(&relayDone{err: err}) }()
+		return
+	}
+	a.relays = 1
+	go func() { send(&relayDone{err: req.Forward(client, upstream)}) }()
+}
+
+// deny answers 403 and records the denial.
+func (a *connActor) deny(code reason.Code, policy string, version uint64, msg string) {
+	a.record(false, code, policy, version, msg)
+	a.answered = true
+	host, port := "", 0
+	if a.req != nil {
+		host, port = a.req.Host, a.req.Port
+	}
+	a.writeBounded(func() error {
+		return proxy.WriteDenied(a.conn, proxy.Denial{Reason: code, Policy: policy, Host: host, Port: port, Message: msg})
+	})
+}
+
+// writeBounded writes an answer without letting a client that does not
+// read hold the actor.
+func (a *connActor) writeBounded(write func() error) {
+	_ = a.conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if err := write(); err != nil {
+		a.b.cfg.Log.Debug().Err(err).Uint64("conn", a.id).Msg("answer not delivered")
+	}
+}
+
+func (a *connActor) record(allowed bool, code reason.Code, policy string, version uint64, msg string) {
+	if allowed && code != reason.UpstreamUnreachable {
+		a.b.stats.Allowed.Add(1)
+	} else if !allowed {
+		a.b.stats.Denied.Add(1)
+	}
+	e := audit.NewDecision(audit.ClassNetwork, allowed, code)
+	e.Sandbox = a.b.cfg.Sandbox
+	e.Actor = &audit.Process{Path: a.who.Exe, Pid: a.who.Pid, Ancestors: a.who.Ancestors}
+	if a.req != nil {
+		e.Dst = &audit.Endpoint{Hostname: a.req.Host, Port: a.req.Port}
+	}
+	if ra := addrPort(a.conn.RemoteAddr()); ra.IsValid() {
+		e.Src = &audit.Endpoint{IP: ra.Addr().String(), Port: int(ra.Port())}
+	}
+	e.Policy.Name, e.Policy.Version, e.Message = policy, version, msg
+	if a.b.cfg.Identity.Mode() == identity.ModeNone {
+		e.Unmapped = map[string]string{"identity": "none: endpoint-only matching, binaries ignored"}
+	}
+	a.b.cfg.Audit.Record(e)
+}
+
+// cleanup runs when the actor stops, normally or because it failed. A
+// client that got no answer is answered here: a failure during the identity
+// lookup is identity_unavailable, any other boundary_fault.
+func (a *connActor) cleanup() {
+	if !a.answered && a.req != nil {
+		a.b.stats.Faults.Add(1)
+		code := reason.BoundaryFault
+		msg := fmt.Sprintf("the boundary failed during %s", a.step)
+		if a.step == stepIdentity {
+			code = reason.IdentityUnavailable
+			msg = "peer identity lookup failed"
+		}
+		a.deny(code, "-", 0, msg)
+	}
+	_ = a.conn.Close()
+	if a.upstream != nil {
+		_ = a.upstream.Close()
+	}
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort()
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,78 @@
+package boundary
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// acceptLoop runs Accept on ln in a goroutine, handing each connection to
+// deliver, until stop is called. Stopping does not close the listener (its
+// fd belongs to the boundary and survives a restart of the listener actor):
+// it sets a deadline in the past to interrupt Accept, waits, and clears it.
+type acceptLoop struct {
+	ln   net.Listener
+	done chan struct{}
+	quit chan struct{}
+}
+
+type deadliner interface{ SetDeadline(time.Time) error }
+
+func startAcceptLoop(ln net.Listener, deliver func(net.Conn), fail func(error)) *acceptLoop {
+	l := &acceptLoop{ln: ln, done: make(chan struct{}), quit: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		backoff := 5 * time.Millisecond
+		for {
+			c, err := ln.Accept()
+			if err == nil {
+				backoff = 5 * time.Millisecond
+				deliver(c)
+				continue
+			}
+			select {
+			case <-l.quit:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				fail(fmt.Errorf("accept on %s: listener closed: %w", ln.Addr(), err))
+				return
+			}
+			// EMFILE, ECONNABORTED and friends: back off and keep serving.
+			time.Sleep(backoff)
+			if backoff < time.Second {
+				backoff *= 2
+			}
+		}
+	}()
+	return l
+}
+
+func (l *acceptLoop) stop() {
+	close(l.quit)
+	d, ok := l.ln.(deadliner)
+	if ok {
+		_ = d.SetDeadline(time.Unix(1, 0))
+	}
+	<-l.done
+	if ok {
+		_ = d.SetDeadline(time.Time{})
+	}
+}
+
+// sendTo returns a function that sends messages to pid from outside the
+// actor (goroutines doing blocking I/O report back this way).
+func sendTo(sys *actor.ActorSystem, pid *actor.PID) func(any) {
+	return func(m any) { sys.Root.Send(pid, m) }
+}
+
+// isTimeout reports whether err is a deadline expiry.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+}

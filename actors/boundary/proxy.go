@@ -1,0 +1,53 @@
+package boundary
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Messages of the proxy actor.
+type (
+	// accepted carries a new client connection to the proxy actor.
+	accepted struct{ conn net.Conn }
+	// acceptFailed ends the proxy actor: its supervisor restarts it.
+	acceptFailed struct{ err error }
+)
+
+// proxyActor owns the accept loop of the HTTP proxy listener and spawns a
+// conn actor per connection. Its supervisor strategy (set by the boundary)
+// stops a failing conn actor and nothing else.
+type proxyActor struct {
+	b    *Boundary
+	loop *acceptLoop
+	next uint64
+}
+
+func (a *proxyActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		send := sendTo(ctx.ActorSystem(), ctx.Self())
+		a.loop = startAcceptLoop(a.b.cfg.Proxy,
+			func(c net.Conn) { send(&accepted{conn: c}) },
+			func(err error) { send(&acceptFailed{err: err}) })
+		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
+	case *accepted:
+		a.next++
+		a.b.stats.Conns.Add(1)
+		c := &connActor{b: a.b, conn: m.conn, id: a.next}
+		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }),
+			"conn/"+strconv.FormatUint(a.next, 10)); err != nil {
+			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")
+			_ = m.conn.Close()
+		}
+	case *acceptFailed:
+		panic(fmt.Errorf("proxy listener failed: %w", m.err))
+	case *actor.Restarting, *actor.Stopping:
+		if a.loop != nil {
+			a.loop.stop()
+			a.loop = nil
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package audit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+// Class is the OCSF class of an event. Values are the OCSF class_uid.
+type Class int
+
+// OCSF classes used by stockade.
+const (
+	ClassNetwork   Class = 4001 // Network Activity
+	ClassDNS       Class = 4003 // DNS Activity
+	ClassLifecycle Class = 6002 // Application Lifecycle
+)
+
+// String returns the OCSF class name.
+func (c Class) String() string {
+	switch c {
+	case ClassNetwork:
+		return "Network Activity"
+	case ClassDNS:
+		return "DNS Activity"
+	case ClassLifecycle:
+		return "Application Lifecycle"
+	default:
+		return "class(" + strconv.Itoa(int(c)) + ")"
+	}
+}
+
+// Action is the OCSF action_id of a decision.
+type Action int
+
+// OCSF action ids.
+const (
+	ActionUnknown Action = 0
+	ActionAllowed Action = 1
+	ActionDenied  Action = 2
+)
+
+// String returns "Allowed", "Denied" or "Unknown".
+func (a Action) String() string {
+	switch a {
+	case ActionAllowed:
+		return "Allowed"
+	case ActionDenied:
+		return "Denied"
+	default:
+		return "Unknown"
+	}
+}
+
+// Severity is the OCSF severity_id.
+type Severity int
+
+// OCSF severities used by stockade.
+const (
+	SeverityInformational Severity = 1
+	SeverityLow           Severity = 2
+	SeverityMedium        Severity = 3
+	SeverityHigh          Severity = 4
+)
+
+// String returns the OCSF severity name.
+func (s Severity) String() string {
+	switch s {
+	case SeverityInformational:
+		return "Informational"
+	case SeverityLow:
+		return "Low"
+	case SeverityMedium:
+		return "Medium"
+	case SeverityHigh:
+		return "High"
+	default:
+		return "Unknown"
+	}
+}
+
+func (s Severity) short() string {
+	switch s {
+	case SeverityInformational:
+		return "INFO"
+	case SeverityLow:
+		return "LOW"
+	case SeverityMedium:
+		return "MED"
+	case SeverityHigh:
+		return "HIGH"
+	default:
+		return "UNK"
+	}
+}
+
+// Process identifies the process behind a decision (the sandbox side).
+type Process struct {
+	Path      string   `json:"path,omitempty"`
+	Pid       int      `json:"pid,omitempty"`
+	Ancestors []string `json:"ancestors,omitempty"`
+}
+
+// Endpoint is a network endpoint in an event.
+type Endpoint struct {
+	Hostname string `json:"hostname,omitempty"`
+	IP       string `json:"ip,omitempty"`
+	Port     int    `json:"port,omitempty"`
+}
+
+// Query is the DNS question of a DNS event.
+type Query struct {
+	Hostname string `json:"hostname"`
+	Type     string `json:"type"`
+	Rcode    string `json:"rcode,omitempty"`
+}
+
+// PolicyRef names the policy that decided.
+type PolicyRef struct {
+	Name    string `json:"name"`
+	Version uint64 `json:"version"`
+	Engine  string `json:"engine"`
+}
+
+// Event is one OCSF-shaped audit event. Field names follow OCSF where OCSF
+// has one; stockade-specific detail goes under Unmapped.
+type Event struct {
+	Time         time.Time         `json:"-"`
+	TimeMs       int64             `json:"time"`
+	ClassUID     Class             `json:"class_uid"`
+	ClassName    string            `json:"class_name"`
+	ActivityID   int               `json:"activity_id"`
+	ActivityName string            `json:"activity_name"`
+	ActionID     Action            `json:"action_id"`
+	ActionName   string            `json:"action"`
+	Disposition  string            `json:"disposition"`
+	SeverityID   Severity          `json:"severity_id"`
+	SeverityName string            `json:"severity"`
+	Sandbox      string            `json:"sandbox,omitempty"`
+	Actor        *Process          `json:"actor,omitempty"`
+	Src          *Endpoint         `json:"src_endpoint,omitempty"`
+	Dst          *Endpoint         `json:"dst_endpoint,omitempty"`
+	Query        *Query            `json:"query,omitempty"`
+	Policy       PolicyRef         `json:"policy"`
+	Reason       reason.Code       `json:"status_detail,omitempty"`
+	Message      string            `json:"message,omitempty"`
+	Unmapped     map[string]string `json:"unmapped,omitempty"`
+}
+
+// Activity ids used by stockade (OCSF: 1 = Open for network, 1 = Query for
+// DNS, per-class meanings for lifecycle).
+const (
+	ActivityOpen  = 1
+	ActivityQuery = 1
+)
+
+// NewDecision fills the derived OCSF fields of a decision event: names of
+// class, activity, action, disposition and severity (denials are Medium,
+// allowed decisions Informational).
+func NewDecision(class Class, allowed bool, r reason.Code) Event {
+	e := Event{Time: time.Now(), ClassUID: class, ClassName: class.String(), Reason: r}
+	switch class {
+	case ClassDNS:
+		e.ActivityID, e.ActivityName = ActivityQuery, "Query"
+	default:
+		e.ActivityID, e.ActivityName = ActivityOpen, "Open"
+	}
+	if allowed {
+		e.ActionID, e.Disposition, e.SeverityID = ActionAllowed, "Allowed", SeverityInformational
+	} else {
+		e.ActionID, e.Disposition, e.SeverityID = ActionDenied, "Blocked", SeverityMedium
+	}
+	e.ActionName, e.SeverityName = e.ActionID.String(), e.SeverityID.String()
+	e.Policy.Engine = "opa"
+	return e
+}
+
+// Line renders the one-line form shown by `sandbox logs`, e.g.
+// NET:OPEN [MED] DENIED /usr/bin/curl(64) -> example.org:443 [policy:- engine:opa] [reason:endpoint_not_allowed]
+func (e *Event) Line() string {
+	var b strings.Builder
+	switch e.ClassUID {
+	case ClassDNS:
+		b.WriteString("DNS:QUERY")
+	case ClassLifecycle:
+		b.WriteString("LIFECYCLE:" + strings.ToUpper(e.ActivityName))
+	default:
+		b.WriteString("NET:OPEN")
+	}
+	fmt.Fprintf(&b, " [%s] %s ", e.SeverityID.short(), strings.ToUpper(e.ActionID.String()))
+	if e.Actor != nil && e.Actor.Path != "" {
+		fmt.Fprintf(&b, "%s(%d)", e.Actor.Path, e.Actor.Pid)
+	} else {
+		b.WriteString("-")
+	}
+	switch {
+	case e.Query != nil:
+		fmt.Fprintf(&b, " -> %s %s", e.Query.Hostname, e.Query.Type)
+		if e.Query.Rcode != "" {
+			b.WriteString(" " + e.Query.Rcode)
+		}
+	case e.Dst != nil:
+		fmt.Fprintf(&b, " -> %s:%d", e.Dst.Hostname, e.Dst.Port)
+	}
+	name := e.Policy.Name
+	if name == "" {
+		name = "-"
+	}
+	fmt.Fprintf(&b, " [policy:%s engine:%s] [reason:%s]", name, e.Policy.Engine, e.Reason.String())
+	return b.String()
+}

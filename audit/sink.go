@@ -1,0 +1,180 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// Sink receives audit events. Implementations must be safe for concurrent
+// use: every connection and query actor records into the same sink.
+type Sink interface {
+	Record(e Event)
+}
+
+// Discard drops every event.
+type Discard struct{}
+
+// Record implements Sink.
+func (Discard) Record(Event) {}
+
+// Multi fans an event out to several sinks.
+type Multi []Sink
+
+// Record implements Sink.
+func (m Multi) Record(e Event) {
+	for _, s := range m {
+		s.Record(e)
+	}
+}
+
+// LogSink writes the one-line form of each event to a zerolog logger.
+type LogSink struct{ Log zerolog.Logger }
+
+// Record implements Sink.
+func (l LogSink) Record(e Event) {
+	ev := l.Log.Info()
+	if e.ActionID == ActionDenied {
+		ev = l.Log.Warn()
+	}
+	ev.Str("component", "audit").Msg(e.Line())
+}
+
+// FileOption configures a File sink.
+type FileOption func(*File)
+
+// WithMaxBytes sets the size at which the file is rotated (default 64 MiB).
+func WithMaxBytes(n int64) FileOption { return func(f *File) { f.maxBytes = n } }
+
+// WithKeep sets how many rotated files are kept (default 3: FILE.1 .. FILE.3).
+func WithKeep(n int) FileOption { return func(f *File) { f.keep = n } }
+
+// WithErrorLog sets the logger that reports write failures (the sink never
+// blocks or fails its callers; a failed write is logged and counted).
+func WithErrorLog(l zerolog.Logger) FileOption { return func(f *File) { f.log = l } }
+
+// File writes events as JSON lines to a file, one write(2) per event so a
+// crash loses at most the event being written, rotating by size.
+type File struct {
+	mu       sync.Mutex
+	path     string
+	f        *os.File
+	size     int64
+	maxBytes int64
+	keep     int
+	failed   int64
+	log      zerolog.Logger
+}
+
+// OpenFile opens (appending) or creates the audit file at path, creating its
+// directory with mode 0700.
+func OpenFile(path string, opts ...FileOption) (*File, error) {
+	af := &File{path: path, maxBytes: 64 << 20, keep: 3, log: zerolog.Nop()}
+	for _, o := range opts {
+		o(af)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: create directory for %s: %w", path, err)
+	}
+	if err := af.open(); err != nil {
+		return nil, err
+	}
+	return af, nil
+}
+
+func (af *File) open() error {
+	f, err := os.OpenFile(af.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit: open %s: %w", af.path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("audit: stat %s: %w", af.path, err)
+	}
+	af.f, af.size = f, st.Size()
+	return nil
+}
+
+// Record implements Sink.
+func (af *File) Record(e Event) {
+	e.TimeMs = e.Time.UnixMilli()
+	line, err := json.Marshal(&e)
+	if err != nil {
+		af.fail(fmt.Errorf("audit: encode event: %w", err))
+		return
+	}
+	line = append(line, '\n')
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	if af.f == nil {
+		af.failLocked(fmt.Errorf("audit: %s is closed", af.path))
+		return
+	}
+	if af.size+int64(len(line)) > af.maxBytes && af.size > 0 {
+		if err := af.rotateLocked(); err != nil {
+			af.failLocked(err)
+			return
+		}
+	}
+	n, err := af.f.Write(line)
+	af.size += int64(n)
+	if err != nil {
+		af.failLocked(fmt.Errorf("audit: write %s: %w", af.path, err))
+	}
+}
+
+func (af *File) rotateLocked() error {
+	if err := af.f.Close(); err != nil {
+		return fmt.Errorf("audit: close %s for rotation: %w", af.path, err)
+	}
+	af.f = nil
+	for i := af.keep - 1; i >= 1; i-- {
+		_ = os.Rename(fmt.Sprintf("%s.%d", af.path, i), fmt.Sprintf("%s.%d", af.path, i+1))
+	}
+	if af.keep > 0 {
+		if err := os.Rename(af.path, af.path+".1"); err != nil {
+			return fmt.Errorf("audit: rotate %s: %w", af.path, err)
+		}
+	} else if err := os.Truncate(af.path, 0); err != nil {
+		return fmt.Errorf("audit: truncate %s: %w", af.path, err)
+	}
+	return af.open()
+}
+
+func (af *File) fail(err error) {
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	af.failLocked(err)
+}
+
+func (af *File) failLocked(err error) {
+	af.failed++
+	af.log.Error().Err(err).Int64("failed_total", af.failed).Msg("audit event lost")
+}
+
+// Failed returns how many events could not be written.
+func (af *File) Failed() int64 {
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	return af.failed
+}
+
+// Close closes the file; later events are counted as failed.
+func (af *File) Close() error {
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	if af.f == nil {
+		return nil
+	}
+	err := af.f.Close()
+	af.f = nil
+	if err != nil {
+		return fmt.Errorf("audit: close %s: %w", af.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,12 @@
+// Package identity owns peer identity for connections accepted by the
+// boundary's proxy: which process (pid, executable, ancestor executables)
+// holds the client end of an accepted TCP connection.
+//
+// The Netlink resolver maps the connection's 4-tuple to the client socket's
+// inode with one exact NETLINK_SOCK_DIAG request (never a dump, never
+// /proc/net/tcp), finds the owning pid by scanning /proc/<pid>/fd of the
+// candidate processes (newest first, with an inode cache), then reads
+// /proc/<pid>/exe and the exe of each ancestor along the ppid chain. The None
+// resolver is endpoint-only mode: it identifies nothing and the caller ignores
+// binaries.
+package identity

@@ -1,0 +1,65 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
+
+// Identity is the process that holds the client end of a connection.
+// The zero Identity means "unknown" (endpoint-only mode).
+type Identity struct {
+	// Pid is the owning process's pid as numbered in the resolver's proc root.
+	Pid int
+	// Exe is the readlink of /proc/<pid>/exe (may end in " (deleted)").
+	Exe string
+	// Ancestors holds the exe paths of the parent, grandparent, ... up to
+	// pid 1 of the proc root's pid namespace, at most MaxAncestors entries.
+	// The walk stops early at a process whose stat or exe cannot be read.
+	Ancestors []string
+	// UID is the socket's owner uid as reported by sock_diag (in the user
+	// namespace of the sock_diag socket's creator).
+	UID uint32
+}
+
+// Resolver finds the Identity behind an accepted connection.
+type Resolver interface {
+	// Resolve identifies the process holding the client socket of the
+	// connection whose proxy side is local and client side is remote. For a
+	// redirected (transparent) connection local must be the original
+	// destination the client connected to (SO_ORIGINAL_DST), not the
+	// listener's address. Any error means the identity is unavailable.
+	Resolve(ctx context.Context, local, remote netip.AddrPort) (Identity, error)
+	// Mode names the resolver: ModeNetlink or ModeNone.
+	Mode() string
+}
+
+// Resolver modes, as used by the --identity flag and audit events.
+const (
+	ModeNetlink = "netlink"
+	ModeNone    = "none"
+)
+
+// MaxAncestors bounds the ancestor walk.
+const MaxAncestors = 64
+
+// Errors wrapped by Resolve failures that callers or tests may match.
+var (
+	// ErrSocketNotFound: sock_diag knows no TCP socket with that 4-tuple
+	// (in the sock_diag socket's network namespace).
+	ErrSocketNotFound = errors.New("no such socket")
+	// ErrNoOwner: no candidate process holds the socket (closed, orphaned,
+	// or owned by a process outside the candidates).
+	ErrNoOwner = errors.New("no owning process")
+)
+
+// None is the endpoint-only resolver: it identifies nothing.
+type None struct{}
+
+// Resolve returns the zero Identity and no error.
+func (None) Resolve(context.Context, netip.AddrPort, netip.AddrPort) (Identity, error) {
+	return Identity{}, nil
+}
+
+// Mode returns ModeNone.
+func (None) Mode() string { return ModeNone }

@@ -1,0 +1,180 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/stockade-dev/stockade/chaos/fault"
+)
+
+// Retry bounds for the races of a just-made connection (owner forking,
+// exiting or passing the fd on while it is looked up).
+const (
+	retryWindow  = 2 * time.Millisecond
+	retryBackoff = 100 * time.Microsecond
+)
+
+// Option configures a Netlink resolver.
+type Option func(*config)
+
+type config struct {
+	diagFD   int
+	pids     func() ([]int, error)
+	procRoot string
+	inj      fault.Injector
+}
+
+// WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
+// example one created inside a sandbox's network namespace) instead of
+// creating one in the current namespace. The resolver takes ownership of fd
+// and closes it on Close.
+func WithDiagFD(fd int) Option { return func(c *config) { c.diagFD = fd } }
+
+// WithPids restricts the candidate owners to the pids it returns, numbered
+// as in the proc root (default: every process in the proc root).
+func WithPids(f func() ([]int, error)) Option { return func(c *config) { c.pids = f } }
+
+// WithProcRoot reads processes under root instead of /proc.
+func WithProcRoot(root string) Option { return func(c *config) { c.procRoot = root } }
+
+// WithInjector sets the fault seam consulted at fault.IdentityLookup.
+func WithInjector(inj fault.Injector) Option { return func(c *config) { c.inj = inj } }
+
+// Netlink resolves peer identity through sock_diag and procfs. It is safe for
+// concurrent use.
+type Netlink struct {
+	diag  *diagConn
+	proc  procFS
+	pids  func() ([]int, error)
+	inj   fault.Injector
+	cache *ownerCache
+}
+
+var _ Resolver = (*Netlink)(nil)
+var _ Resolver = None{}
+
+// NewNetlink returns a Netlink resolver. Close it when done.
+func NewNetlink(opts ...Option) (*Netlink, error) {
+	c := config{diagFD: -1, procRoot: "/proc", inj: fault.Nop{}}
+	for _, o := range opts {
+		o(&c)
+	}
+	var (
+		d   *diagConn
+		err error
+	)
+	if c.diagFD >= 0 {
+		d, err = adoptDiag(c.diagFD)
+	} else {
+		d, err = openDiag()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &Netlink{diag: d, proc: procFS{root: c.procRoot}, pids: c.pids, inj: c.inj, cache: newOwnerCache()}
+	if r.pids == nil {
+		r.pids = r.proc.allPids
+	}
+	return r, nil
+}
+
+// Close releases the sock_diag socket.
+func (r *Netlink) Close() error {
+	if err := r.diag.close(); err != nil {
+		return fmt.Errorf("identity: close sock_diag socket: %w", err)
+	}
+	return nil
+}
+
+// Mode returns ModeNetlink.
+func (r *Netlink) Mode() string { return ModeNetlink }
+
+// Resolve implements Resolver. It consults the fault seam first (an injected
+// panic propagates to the caller), then retries briefly while the socket or
+// its owner is not found.
+func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Identity, error) {
+	if err := r.inj.Inject(fault.IdentityLookup); err != nil {
+		return Identity{}, fmt.Errorf("identity: %w", err)
+	}
+	deadline := time.Now().Add(retryWindow)
+	backoff := retryBackoff
+	for tries := 1; ; tries++ {
+		id, err := r.resolveOnce(remote, local)
+		if err == nil {
+			return id, nil
+		}
+		retry := errors.Is(err, ErrSocketNotFound) || errors.Is(err, ErrNoOwner) || errors.Is(err, errOwnerGone)
+		if !retry || time.Now().Add(backoff).After(deadline) {
+			return Identity{}, fmt.Errorf("identity: %s -> %s (%d tries): %w", remote, local, tries, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Identity{}, fmt.Errorf("identity: %s -> %s: %w (last: %w)", remote, local, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// resolveOnce does one pass: sock_diag, owner, exe, ancestors, and checks the
+// owner still holds the socket afterwards (so a pid reused meanwhile is not
+// reported).
+func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
+	d, err := r.diag.lookup(client, server)
+	if err != nil {
+		return Identity{}, err
+	}
+	if d.inode == 0 {
+		return Identity{}, fmt.Errorf("socket in TCP state %d has no inode (closed by its owner): %w", d.state, ErrNoOwner)
+	}
+	ref, err := r.owner(d.inode)
+	if err != nil {
+		return Identity{}, err
+	}
+	exe, err := r.proc.exe(ref.pid)
+	if err != nil {
+		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
+	}
+	anc := r.proc.ancestors(ref.pid)
+	if !r.proc.fdHolds(ref, d.inode) {
+		r.cache.forget(d.inode)
+		return Identity{}, fmt.Errorf("pid %d released socket inode %d: %w", ref.pid, d.inode, errOwnerGone)
+	}
+	r.cache.owned(ref.pid)
+	return Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}, nil
+}
+
+// owner finds the fd holding the socket: a validated cache hit, else a scan
+// of the candidates, recent owners first, then newest first.
+func (r *Netlink) owner(inode uint32) (fdRef, error) {
+	if ref, ok := r.cache.get(inode); ok {
+		if r.proc.fdHolds(ref, inode) {
+			return ref, nil
+		}
+		r.cache.forget(inode)
+	}
+	pids, err := r.pids()
+	if err != nil {
+		return fdRef{}, fmt.Errorf("candidate pids: %w", err)
+	}
+	pids = append([]int(nil), pids...)
+	newestFirst(pids, r.proc.lastPid())
+	seen := map[uint32]fdRef{}
+	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
+	for _, pid := range r.cache.order(pids) {
+		fd, err := r.proc.scanFds(pid, inode, note)
+		if len(seen) > 0 {
+			r.cache.put(seen)
+			clear(seen)
+		}
+		if err == nil && fd >= 0 {
+			return fdRef{pid: pid, fd: fd}, nil
+		}
+	}
+	return fdRef{}, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+}

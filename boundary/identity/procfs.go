@@ -1,0 +1,269 @@
+package identity
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// procFS reads the process tables under a proc mount.
+type procFS struct {
+	root string
+}
+
+func (p procFS) path(pid int, rest string) string {
+	return p.root + "/" + strconv.Itoa(pid) + "/" + rest
+}
+
+// allPids lists every process (thread group) in the proc mount.
+func (p procFS) allPids() ([]int, error) {
+	f, err := os.Open(p.root)
+	if err != nil {
+		return nil, fmt.Errorf("identity: list processes: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("identity: list processes: %w", err)
+	}
+	pids := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// lastPid is the last pid allocated (the final field of loadavg), used to
+// order pids newest first across a pid wrap-around. 0 when unknown.
+func (p procFS) lastPid() int {
+	b, err := os.ReadFile(p.root + "/loadavg")
+	if err != nil {
+		return 0
+	}
+	b = bytes.TrimSpace(b)
+	pid, _ := strconv.Atoi(string(b[bytes.LastIndexByte(b, ' ')+1:]))
+	return pid
+}
+
+// newestFirst sorts pids from most to least recently allocated: those at or
+// below the allocation cursor descending, then those above it (allocated
+// before the last wrap-around) descending.
+func newestFirst(pids []int, cursor int) {
+	slices.SortFunc(pids, func(a, b int) int {
+		if wa, wb := cursor > 0 && a > cursor, cursor > 0 && b > cursor; wa != wb {
+			if wa {
+				return 1
+			}
+			return -1
+		}
+		return b - a
+	})
+}
+
+// socketInode parses a "socket:[N]" fd link target.
+func socketInode(link []byte) (uint32, bool) {
+	const pre = "socket:["
+	if len(link) < len(pre)+2 || string(link[:len(pre)]) != pre || link[len(link)-1] != ']' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(link[len(pre):len(link)-1]), 10, 32)
+	return uint32(v), err == nil
+}
+
+// fdHolds reports whether fd of pid is (still) the socket with that inode.
+func (p procFS) fdHolds(ref fdRef, inode uint32) bool {
+	var buf [64]byte
+	n, err := unix.Readlink(p.path(ref.pid, "fd/"+strconv.Itoa(ref.fd)), buf[:])
+	if err != nil {
+		return false
+	}
+	got, ok := socketInode(buf[:n])
+	return ok && got == inode
+}
+
+// scanFds reads every fd link of pid, passing each socket to seen, and
+// returns the fd that holds target (-1 if none).
+func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, error) {
+	dir, err := os.Open(p.path(pid, "fd"))
+	if err != nil {
+		return -1, err
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return -1, err
+	}
+	dfd := int(dir.Fd())
+	found := -1
+	var buf [64]byte
+	for _, name := range names {
+		n, err := unix.Readlinkat(dfd, name, buf[:])
+		if err != nil {
+			continue // closed meanwhile
+		}
+		inode, ok := socketInode(buf[:n])
+		if !ok {
+			continue
+		}
+		fd, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		seen(inode, fdRef{pid: pid, fd: fd})
+		if inode == target {
+			found = fd
+		}
+	}
+	return found, nil
+}
+
+// exe reads /proc/<pid>/exe.
+func (p procFS) exe(pid int) (string, error) {
+	return os.Readlink(p.path(pid, "exe"))
+}
+
+// ppid reads the parent pid from /proc/<pid>/stat ("pid (comm) S ppid ...";
+// comm may hold spaces and parentheses, so parse after the last ')').
+func (p procFS) ppid(pid int) (int, error) {
+	var buf [512]byte
+	fd, err := unix.Open(p.path(pid, "stat"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil {
+		return 0, err
+	}
+	b := buf[:n]
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+4 > len(b) {
+		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
+	}
+	return strconv.Atoi(string(f[1]))
+}
+
+// ancestors walks the ppid chain from pid, collecting each parent's exe,
+// until ppid 0 (pid 1 or a pid namespace's root seen from its own proc
+// mount), an unreadable process, or MaxAncestors entries.
+func (p procFS) ancestors(pid int) []string {
+	var out []string
+	for len(out) < MaxAncestors {
+		pp, err := p.ppid(pid)
+		if err != nil || pp <= 0 {
+			break
+		}
+		exe, err := p.exe(pp)
+		if err != nil {
+			break
+		}
+		out = append(out, exe)
+		pid = pp
+	}
+	return out
+}
+
+// fdRef names one fd of one process.
+type fdRef struct {
+	pid, fd int
+}
+
+const (
+	cacheGeneration = 4096 // socket inodes per cache generation
+	ownerHints      = 8    // recent owner pids tried before the others
+)
+
+// ownerCache remembers which fd of which process held each socket inode seen
+// by a scan (two generations, so it stays bounded), and the pids that owned
+// recently resolved sockets. Entries are hints: every hit is re-validated.
+type ownerCache struct {
+	mu       sync.Mutex
+	cur, old map[uint32]fdRef
+	hints    []int
+}
+
+func newOwnerCache() *ownerCache {
+	return &ownerCache{cur: map[uint32]fdRef{}, old: map[uint32]fdRef{}}
+}
+
+func (c *ownerCache) get(inode uint32) (fdRef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.cur[inode]; ok {
+		return r, true
+	}
+	r, ok := c.old[inode]
+	return r, ok
+}
+
+// put records several inodes at once (one lock per scanned process).
+func (c *ownerCache) put(entries map[uint32]fdRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for inode, r := range entries {
+		if len(c.cur) >= cacheGeneration {
+			c.old, c.cur = c.cur, make(map[uint32]fdRef, cacheGeneration)
+		}
+		c.cur[inode] = r
+	}
+}
+
+func (c *ownerCache) forget(inode uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cur, inode)
+	delete(c.old, inode)
+}
+
+// owned moves pid to the front of the recent owners.
+func (c *ownerCache) owned(pid int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.hints, pid); i >= 0 {
+		c.hints = slices.Delete(c.hints, i, i+1)
+	}
+	c.hints = slices.Insert(c.hints, 0, pid)
+	if len(c.hints) > ownerHints {
+		c.hints = c.hints[:ownerHints]
+	}
+}
+
+// order puts the recent owners present in pids first, the rest after them in
+// their given order.
+func (c *ownerCache) order(pids []int) []int {
+	c.mu.Lock()
+	hints := slices.Clone(c.hints)
+	c.mu.Unlock()
+	out := make([]int, 0, len(pids))
+	for _, h := range hints {
+		if slices.Contains(pids, h) {
+			out = append(out, h)
+		}
+	}
+	for _, p := range pids {
+		if !slices.Contains(hints, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *ownerCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur, c.old, c.hints = map[uint32]fdRef{}, map[uint32]fdRef{}, nil
+}
+
+var errOwnerGone = errors.New("owner changed during lookup")

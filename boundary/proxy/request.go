@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Kind says how a request is proxied.
+type Kind int
+
+// Request kinds.
+const (
+	KindConnect Kind = 1 // CONNECT host:port, then an opaque tunnel
+	KindForward Kind = 2 // absolute-URI HTTP/1.1 request, forwarded once
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindConnect:
+		return "connect"
+	case KindForward:
+		return "forward"
+	default:
+		return "kind(" + strconv.Itoa(int(k)) + ")"
+	}
+}
+
+// MaxHeaderBytes bounds the request line plus headers.
+const MaxHeaderBytes = 32 << 10
+
+// Request is a parsed proxy request.
+type Request struct {
+	Kind Kind
+	Host string // lower-case, no trailing dot, no brackets
+	Port int
+	HTTP *http.Request
+	// Reader holds the client's bytes read past the header (a CONNECT
+	// client may send its TLS hello early); the tunnel drains it first.
+	Reader *bufio.Reader
+	limit  *limitedReader
+}
+
+// BadRequestError is a malformed or unsupported request: answer 400.
+type BadRequestError struct{ Msg string }
+
+func (e *BadRequestError) Error() string { return "bad request: " + e.Msg }
+
+func badRequest(format string, args ...any) error {
+	return &BadRequestError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// limitedReader is an io.Reader whose limit can be lifted once the header is
+// read (the body of a forwarded request is streamed without a limit).
+type limitedReader struct {
+	r       io.Reader
+	n       int64
+	limited bool
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if !l.limited {
+		return l.r.Read(p)
+	}
+	if l.n <= 0 {
+		return 0, badRequest("request header larger than %d bytes", MaxHeaderBytes)
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// ReadRequest reads one proxy request from conn. The caller sets a read
+// deadline on conn beforehand. Malformed input yields *BadRequestError.
+func ReadRequest(conn net.Conn) (*Request, error) {
+	lr := &limitedReader{r: conn, n: MaxHeaderBytes, limited: true}
+	br := bufio.NewReaderSize(lr, 4096)
+	hr, err := http.ReadRequest(br)
+	if err != nil {
+		var bre *BadRequestError
+		if errors.As(err, &bre) {
+			return nil, bre
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("read request: client closed before a full header: %w", err)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, fmt.Errorf("read request: %w", err)
+		}
+		return nil, badRequest("%v", err)
+	}
+	lr.limited = false
+	req := &Request{HTTP: hr, Reader: br, limit: lr}
+	if hr.Method == http.MethodConnect {
+		req.Kind = KindConnect
+		host, port, err := splitHostPort(hr.RequestURI, 0)
+		if err != nil {
+			return nil, err
+		}
+		req.Host, req.Port = host, port
+		return req, nil
+	}
+	if hr.URL == nil || !hr.URL.IsAbs() {
+		return nil, badRequest("%s %s: a proxy needs CONNECT host:port or an absolute http:// URI", hr.Method, hr.RequestURI)
+	}
+	if hr.URL.Scheme != "http" {
+		return nil, badRequest("scheme %q: only http:// is forwarded; use CONNECT for https", hr.URL.Scheme)
+	}
+	if hr.ProtoMajor != 1 {
+		return nil, badRequest("protocol %s is not HTTP/1.x", hr.Proto)
+	}
+	req.Kind = KindForward
+	host, port, err := splitHostPort(hr.URL.Host, 80)
+	if err != nil {
+		return nil, err
+	}
+	req.Host, req.Port = host, port
+	return req, nil
+}
+
+func splitHostPort(hostport string, defPort int) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		if defPort == 0 {
+			return "", 0, badRequest("target %q: want host:port", hostport)
+		}
+		host, portStr = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]"), strconv.Itoa(defPort)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, badRequest("target %q: port must be 1-65535", hostport)
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return "", 0, badRequest("target %q: empty host", hostport)
+	}
+	for _, c := range host {
+		if c <= ' ' || c == '/' || c == '@' || c == '\\' || c > '~' {
+			return "", 0, badRequest("target %q: invalid character in host", hostport)
+		}
+	}
+	return host, port, nil
+}
+
+// hopByHop are headers a proxy must not forward.
+var hopByHop = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// Forward writes a forwarded request to upstream in origin form, closes the
+// exchange after it (one request per connection, so every request passes a
+// decision), then copies the response back to the client.
+func (r *Request) Forward(client io.Writer, upstream net.Conn) error {
+	hr := r.HTTP
+	for _, h := range hopByHop {
+		if h == "Transfer-Encoding" {
+			continue // net/http manages framing from hr.TransferEncoding
+		}
+		hr.Header.Del(h)
+	}
+	hr.RequestURI = ""
+	hr.Close = true
+	if err := hr.Write(upstream); err != nil {
+		return fmt.Errorf("forward request to %s: %w", upstream.RemoteAddr(), err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(upstream), hr)
+	if err != nil {
+		return fmt.Errorf("read response from %s: %w", upstream.RemoteAddr(), err)
+	}
+	defer resp.Body.Close()
+	resp.Close = true
+	if err := resp.Write(client); err != nil {
+		return fmt.Errorf("write response to client: %w", err)
+	}
+	return nil
+}

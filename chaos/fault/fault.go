@@ -1,0 +1,181 @@
+// Package fault owns stockade's fault-injection seam: named points in the
+// code where a test or the chaos harness can make the next call fail with an
+// error, a panic or a delay. Production code asks an Injector at each point;
+// the zero Injector (Nop) never injects anything and costs one interface
+// call. This is the one documented seam where fakes enter real code paths.
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Point names a place in the code where a fault can be injected.
+type Point string
+
+// The named injection points. Keep in sync with DESIGN.md's chaos section.
+const (
+	// IdentityLookup is the peer identity lookup of a mediated connection.
+	IdentityLookup Point = "identity.lookup"
+	// PolicyDecide is the policy decision of a connection or DNS query.
+	PolicyDecide Point = "policy.decide"
+	// DNSUpstream is the upstream resolution of an allowed DNS name.
+	DNSUpstream Point = "dns.upstream"
+	// DNSQuery is the start of a DNS query actor's work.
+	DNSQuery Point = "dns.query"
+	// ProxyAccept is the start of a proxy connection actor's work.
+	ProxyAccept Point = "proxy.accept"
+)
+
+// Kind says what an injected fault does.
+type Kind int
+
+// Fault kinds. Values are explicit and stable (they appear in reports).
+const (
+	KindNone  Kind = 0
+	KindError Kind = 1
+	KindPanic Kind = 2
+	KindDelay Kind = 3
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case KindNone:
+		return "none"
+	case KindError:
+		return "error"
+	case KindPanic:
+		return "panic"
+	case KindDelay:
+		return "delay"
+	default:
+		return fmt.Sprintf("kind(%d)", int(k))
+	}
+}
+
+// ErrInjected is wrapped by every injected error.
+var ErrInjected = errors.New("injected fault")
+
+// Injector decides whether a fault fires at a point. Inject returns nil when
+// nothing fires, an error wrapping ErrInjected for KindError, sleeps for
+// KindDelay and panics for KindPanic.
+type Injector interface {
+	Inject(p Point) error
+}
+
+// Nop never injects anything.
+type Nop struct{}
+
+// Inject implements Injector.
+func (Nop) Inject(Point) error { return nil }
+
+// Rule arms a point with a fault. Count limits how many times it fires
+// (0 = every time until disarmed).
+type Rule struct {
+	Kind  Kind
+	Count int
+	Delay time.Duration
+}
+
+// Set is a concurrency-safe Injector whose rules tests and the chaos harness
+// change at run time. It also counts how many faults fired per point.
+type Set struct {
+	mu    sync.Mutex
+	rules map[Point]*Rule
+	fired map[Point]int
+}
+
+// NewSet returns an empty Set.
+func NewSet() *Set {
+	return &Set{rules: map[Point]*Rule{}, fired: map[Point]int{}}
+}
+
+// Arm sets the rule for a point, replacing any earlier one.
+func (s *Set) Arm(p Point, r Rule) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rc := r
+	s.rules[p] = &rc
+}
+
+// Disarm removes the rule for a point.
+func (s *Set) Disarm(p Point) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.rules, p)
+}
+
+// Fired returns how many faults fired at a point so far.
+func (s *Set) Fired(p Point) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fired[p]
+}
+
+// Inject implements Injector.
+func (s *Set) Inject(p Point) error {
+	s.mu.Lock()
+	r, ok := s.rules[p]
+	if !ok || r.Kind == KindNone {
+		s.mu.Unlock()
+		return nil
+	}
+	kind, delay := r.Kind, r.Delay
+	if r.Count > 0 {
+		r.Count--
+		if r.Count == 0 {
+			delete(s.rules, p)
+		}
+	}
+	s.fired[p]++
+	s.mu.Unlock()
+	switch kind {
+	case KindError:
+		return fmt.Errorf("%s: %w", p, ErrInjected)
+	case KindPanic:
+		panic(fmt.Sprintf("injected panic at %s", p))
+	case KindDelay:
+		time.Sleep(delay)
+	}
+	return nil
+}
+
+// ParseRule parses "POINT=KIND[:COUNT]" as used by --fault flags, e.g.
+// "identity.lookup=panic" or "dns.upstream=error:3".
+func ParseRule(s string) (Point, Rule, error) {
+	var point, rest string
+	for i := 0; i < len(s); i++ {
+		if s[i] == '=' {
+			point, rest = s[:i], s[i+1:]
+			break
+		}
+	}
+	if point == "" || rest == "" {
+		return "", Rule{}, fmt.Errorf("fault %q: want POINT=KIND[:COUNT], e.g. identity.lookup=panic", s)
+	}
+	kindStr, countStr := rest, ""
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == ':' {
+			kindStr, countStr = rest[:i], rest[i+1:]
+			break
+		}
+	}
+	var r Rule
+	switch kindStr {
+	case "error":
+		r.Kind = KindError
+	case "panic":
+		r.Kind = KindPanic
+	default:
+		return "", Rule{}, fmt.Errorf("fault %q: kind %q is not one of error, panic", s, kindStr)
+	}
+	if countStr != "" {
+		if _, err := fmt.Sscanf(countStr, "%d", &r.Count); err != nil || r.Count < 0 {
+			return "", Rule{}, fmt.Errorf("fault %q: count %q is not a non-negative integer", s, countStr)
+		}
+	}
+	return Point(point), r, nil
+}

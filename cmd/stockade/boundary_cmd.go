@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/stockade-dev/stockade/actors/boundary"
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/policy"
+)
+
+func newBoundaryCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "boundary", Short: "The egress boundary (HTTP proxy + DNS) on its own"}
+	cmd.AddCommand(newBoundaryServeCmd())
+	return cmd
+}
+
+type serveOpts struct {
+	policyFile    string
+	proxyAddr     string
+	dnsAddr       string
+	hostsFile     string
+	dnsUpstream   string
+	auditFile     string
+	identityMode  string
+	allowLoopback bool
+	faults        []string
+}
+
+func newBoundaryServeCmd() *cobra.Command {
+	var o serveOpts
+	cmd := &cobra.Command{
+		Use:   "serve --policy FILE",
+		Short: "Serve a standalone egress boundary any process can use through HTTP(S)_PROXY",
+		Long: `Serve an HTTP proxy (CONNECT and absolute-URI forwarding) and a DNS server
+(UDP and TCP on one port) that decide every request by the policy.
+
+Point a client at it with HTTPS_PROXY=http://ADDR HTTP_PROXY=http://ADDR and
+dig @HOST -p PORT. SIGHUP reloads the policy file (a bad file is refused and
+the running version stays). Audit events go to --audit as JSON lines and to
+the log as one line each.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBoundary(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.policyFile, "policy", "", "policy file (OpenShell v1 YAML); required")
+	f.StringVar(&o.proxyAddr, "proxy", "127.0.0.1:3128", "HTTP proxy listen address (empty: no proxy)")
+	f.StringVar(&o.dnsAddr, "dns", "127.0.0.1:5353", "DNS listen address, UDP and TCP (empty: no DNS)")
+	f.StringVar(&o.hostsFile, "hosts", "", "static names (/etc/hosts format) answering allowed names offline; also resolves proxy targets")
+	f.StringVar(&o.dnsUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT (default: the nameservers of /etc/resolv.conf)")
+	f.StringVar(&o.auditFile, "audit", "", "audit file (JSON lines, rotated); empty: log only")
+	f.StringVar(&o.identityMode, "identity", identity.ModeNetlink, "peer identity: netlink (sock_diag + /proc) or none (endpoint-only, binaries ignored)")
+	f.BoolVar(&o.allowLoopback, "allow-loopback-upstream", false, "allow upstreams on loopback addresses (tests and local demos)")
+	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
+	_ = f.MarkHidden("fault")
+	_ = cmd.MarkFlagRequired("policy")
+	return cmd
+}
+
+func newLogger(cmd *cobra.Command) zerolog.Logger {
+	level, _ := cmd.Flags().GetString("log-level")
+	format, _ := cmd.Flags().GetString("log-format")
+	pretty := format == "console" || (format == "auto" && term.IsTerminal(int(os.Stderr.Fd())))
+	return logx.New(os.Stderr, level, pretty)
+}
+
+func runBoundary(cmd *cobra.Command, o serveOpts) error {
+	log := newLogger(cmd)
+	if o.proxyAddr == "" && o.dnsAddr == "" {
+		return &exitError{exitUsage, errors.New("boundary serve: --proxy and --dns are both empty; nothing to serve")}
+	}
+
+	inj := fault.NewSet()
+	for _, s := range o.faults {
+		p, r, err := fault.ParseRule(s)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		inj.Arm(p, r)
+		log.Warn().Str("point", string(p)).Str("kind", r.Kind.String()).Msg("fault injection armed")
+	}
+
+	engine := policy.NewEngine(policy.WithInjector(inj))
+	if err := loadPolicy(engine, o.policyFile, log); err != nil {
+		return &exitError{exitUsage, err}
+	}
+
+	var up dnsproxy.Upstream
+	var res proxy.Resolver = net.DefaultResolver
+	switch {
+	case o.hostsFile != "":
+		h, err := dnsproxy.LoadHosts(o.hostsFile)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		up, res = h, proxy.UpstreamResolver{Up: h}
+	case o.dnsUpstream != "":
+		up = dnsproxy.NewForwarder([]string{o.dnsUpstream})
+		res = proxy.UpstreamResolver{Up: up}
+	default:
+		sys, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("%w (or pass --dns-upstream or --hosts)", err)}
+		}
+		up = sys
+	}
+
+	var resolver identity.Resolver
+	switch o.identityMode {
+	case identity.ModeNetlink:
+		nl, err := identity.NewNetlink(identity.WithInjector(inj))
+		if err != nil {
+			return &exitError{exitFailure, fmt.Errorf("identity: %w (use --identity none for endpoint-only matching)", err)}
+		}
+		defer nl.Close()
+		resolver = nl
+	case identity.ModeNone:
+		resolver = identity.None{}
+		log.Warn().Msg("identity none: endpoint-only matching, policy binaries are ignored")
+	default:
+		return &exitError{exitUsage, fmt.Errorf("--identity %q: want netlink or none", o.identityMode)}
+	}
+
+	sinks := audit.Multi{audit.LogSink{Log: log}}
+	if o.auditFile != "" {
+		af, err := audit.OpenFile(o.auditFile, audit.WithErrorLog(log))
+		if err != nil {
+			return &exitError{exitFailure, err}
+		}
+		defer af.Close()
+		sinks = append(sinks, af)
+	}
+
+	cfg := boundary.Config{
+		Decider: engineDecider{engine}, Identity: resolver, Resolver: res, DNSUpstream: up,
+		AllowLoopback: o.allowLoopback, Audit: sinks, Injector: inj, Log: log,
+		Counters: supervise.NewCounters(),
+	}
+	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	if err != nil {
+		return &exitError{exitFailure, err}
+	}
+	gaveUp := make(chan string, 1)
+	cfg.OnGiveUp = func(kind string, reason any) {
+		select {
+		case gaveUp <- fmt.Sprintf("%s actor failed 10 times in 10 s (last: %v)", kind, reason):
+		default:
+		}
+	}
+
+	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
+	b, err := boundary.Start(sys, cfg)
+	if err != nil {
+		return &exitError{exitFailure, err}
+	}
+	ev := log.Info().Uint64("policy_version", engine.Version()).Str("identity", resolver.Mode()).Str("dns_upstream", fmt.Sprint(up))
+	if cfg.Proxy != nil {
+		ev = ev.Str("proxy", cfg.Proxy.Addr().String())
+	}
+	if cfg.DNSPacket != nil {
+		ev = ev.Str("dns", cfg.DNSPacket.LocalAddr().String())
+	}
+	ev.Msg("boundary ready")
+
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				if err := loadPolicy(engine, o.policyFile, log); err != nil {
+					log.Error().Err(err).Uint64("policy_version", engine.Version()).Msg("policy reload refused; the running version stays")
+				}
+				continue
+			}
+			log.Info().Str("signal", s.String()).Str("directives", b.Counters().String()).Msg("boundary stopping")
+			if err := b.Stop(); err != nil {
+				log.Warn().Err(err).Msg("boundary stop")
+			}
+			sys.Shutdown()
+			return nil
+		case why := <-gaveUp:
+			_ = b.Stop()
+			sys.Shutdown()
+			return &exitError{exitFailure, fmt.Errorf("boundary gave up: %s", why)}
+		}
+	}
+}
+
+// loadPolicy reads and loads a policy file into the engine, logging the new
+// version or returning every error of the file.
+func loadPolicy(engine *policy.Engine, file string, log zerolog.Logger) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("read policy: %w", err)
+	}
+	v, err := engine.Load(file, data)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("file", file).Uint64("policy_version", v).Msg("policy loaded")
+	return nil
+}
+
+// listen opens the proxy and DNS listeners; the returned closers close
+// them (the boundary actors never do).
+func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, error) {
+	var closers []func() error
+	if proxyAddr != "" {
+		ln, err := net.Listen("tcp", proxyAddr)
+		if err != nil {
+			return closers, fmt.Errorf("proxy listen %s: %w", proxyAddr, err)
+		}
+		closers = append(closers, ln.Close)
+		cfg.Proxy = ln
+	}
+	if dnsAddr != "" {
+		pc, err := net.ListenPacket("udp", dnsAddr)
+		if err != nil {
+			return closers, fmt.Errorf("dns listen udp %s: %w", dnsAddr, err)
+		}
+		closers = append(closers, pc.Close)
+		// TCP on the same port as UDP (which may have been chosen by the kernel).
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err != nil {
+			return closers, fmt.Errorf("dns listen tcp %s: %w", pc.LocalAddr(), err)
+		}
+		closers = append(closers, ln.Close)
+		cfg.DNSPacket, cfg.DNSStream = pc, ln
+	}
+	return closers, nil
+}
+
+// engineDecider adapts the policy engine to the boundary's Decider.
+type engineDecider struct{ e *policy.Engine }
+
+func (d engineDecider) DecideConnect(ctx context.Context, q boundary.ConnectQuery) boundary.ConnectVerdict {
+	v := d.e.DecideNetwork(ctx, policy.NetworkInput{
+		Host: q.Host, Port: q.Port, Exe: q.Exe, Ancestors: q.Ancestors, IgnoreBinaries: q.IdentityNone,
+	})
+	return boundary.ConnectVerdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, Message: v.Message,
+		Version: v.Version, AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost}
+}
+
+func (d engineDecider) DecideDNS(ctx context.Context, name string, qtype uint16) dnsproxy.Verdict {
+	v := d.e.DecideDNS(ctx, policy.DNSInput{Name: name, QType: qtype})
+	return dnsproxy.Verdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, Version: v.Version, Message: v.Message}
+}
+

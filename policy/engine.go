@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+// DefaultCacheSize is the default bound of each version's decision cache.
+const DefaultCacheSize = 4096
+
+// NetworkInput is what a network decision is about. Host is normalised by
+// the engine (lower case, trailing dot removed).
+type NetworkInput struct {
+	Host string
+	Port uint16
+	// Exe is the peer's /proc/<pid>/exe; Ancestors its parent chain.
+	Exe       string
+	Ancestors []string
+	// IdentityNone: the peer has no identity (--identity none). Binaries
+	// are ignored (endpoint-only matching) and the message says so.
+	IdentityNone bool
+}
+
+// DNSInput is what a DNS decision is about. Name is normalised like Host.
+type DNSInput struct {
+	Name  string
+	QType uint16
+}
+
+// Decision is the engine's answer. A Decision may be shared with the
+// decision cache: treat it, AllowedIPs included, as read-only.
+type Decision struct {
+	Allow  bool
+	Reason reason.Code
+	// Policy is the name of the matched network policy, "-" if none.
+	Policy  string
+	Message string
+	// Version is the policy version that decided (0: no policy).
+	Version uint64
+	// For an allowed network decision, the boundary's destination check:
+	// a private (RFC 1918) destination needs AllowedIPs unless ExactHost.
+	// AllowedIPs is the union over the allowing endpoints; ExactHost is true
+	// when any allowing endpoint names the host exactly (not by wildcard).
+	AllowedIPs []netip.Prefix
+	ExactHost  bool
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLogger sets the logger (default zerolog.Nop()).
+func WithLogger(l zerolog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithFaults sets the fault injector consulted (fault.PolicyDecide) at the
+// start of every uncached decision (default fault.Nop{}).
+func WithFaults(f fault.Injector) Option { return func(e *Engine) { e.faults = f } }
+
+// WithCacheSize bounds each version's decision cache; 0 disables caching.
+func WithCacheSize(n int) Option { return func(e *Engine) { e.cacheSize = max(n, 0) } }
+
+// Engine answers network and DNS decisions for the current policy version.
+// Load swaps in a new version atomically; a decision runs to its end on the
+// snapshot it started with. All methods are safe for concurrent use.
+type Engine struct {
+	log       zerolog.Logger
+	faults    fault.Injector
+	cacheSize int
+	module    *ast.Module
+	moduleErr error
+
+	loadMu  sync.Mutex // serialises Load so versions follow load order
+	version uint64     // last version handed out; guarded by loadMu
+	cur     atomic.Pointer[snapshot]
+}
+
+// snapshot is one immutable policy version.
+type snapshot struct {
+	version uint64
+	policy  *Policy
+	*compiled
+	cache *decisionCache
+}
+
+// NewEngine returns an Engine with no policy: every decision denies
+// policy_unavailable until a Load succeeds.
+func NewEngine(opts ...Option) *Engine {
+	e := &Engine{log: zerolog.Nop(), faults: fault.Nop{}, cacheSize: DefaultCacheSize}
+	for _, o := range opts {
+		o(e)
+	}
+	e.module, e.moduleErr = parseModule()
+	return e
+}
+
+// Load parses, validates and compiles a policy. A valid policy becomes
+// version N+1 atomically and the version is returned. An invalid one
+// returns its ErrorList (or a compile error) and the current version stays.
+func (e *Engine) Load(file string, data []byte) (uint64, error) {
+	pol, err := Parse(file, data)
+	if err != nil {
+		e.log.Warn().Str("file", file).Err(err).Msg("policy rejected; keeping the current version")
+		return 0, err
+	}
+	if e.moduleErr != nil {
+		return 0, e.moduleErr
+	}
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	c, err := compile(context.Background(), e.module, pol)
+	if err != nil {
+		err = fmt.Errorf("policy %s: %w", file, err)
+		e.log.Error().Err(err).Msg("policy compile failed; keeping the current version")
+		return 0, err
+	}
+	e.version++
+	e.cur.Store(&snapshot{version: e.version, policy: pol, compiled: c, cache: newDecisionCache(e.cacheSize)})
+	e.log.Info().Str("file", file).Uint64("version", e.version).
+		Int("network_policies", len(pol.NetworkPolicies)).Int("endpoints", pol.EndpointCount()).
+		Int("not_enforced", len(pol.notices)).Msg("policy loaded")
+	return e.version, nil
+}
+
+// Version returns the current policy version, 0 when none is loaded.
+func (e *Engine) Version() uint64 {
+	if s := e.cur.Load(); s != nil {
+		return s.version
+	}
+	return 0
+}
+
+// Current returns the current parsed policy and its version (nil, 0 when
+// none is loaded). The policy is shared: do not modify it.
+func (e *Engine) Current() (*Policy, uint64) {
+	if s := e.cur.Load(); s != nil {
+		return s.policy, s.version
+	}
+	return nil, 0
+}
+
+func unavailable() Decision {
+	return Decision{Reason: reason.PolicyUnavailable, Policy: "-", Message: "no valid policy is loaded; everything is denied"}
+}
+
+// DecideNetwork decides whether a connection to Host:Port from Exe (or any
+// ancestor) is allowed. It fails closed: no policy -> policy_unavailable;
+// an injected fault or an evaluation error -> boundary_fault (not cached).
+// An injected panic propagates to the caller.
+func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
+	s := e.cur.Load()
+	if s == nil {
+		return unavailable()
+	}
+	in.Host = normalizeName(in.Host)
+	key := cacheKey{host: in.Host, port: in.Port, exe: in.Exe, ancestors: strings.Join(in.Ancestors, "\x00"), identityNone: in.IdentityNone}
+	if d, ok := s.cache.get(key); ok {
+		return d
+	}
+	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
+		return s.fault(fmt.Errorf("policy decision for %s:%d: %w", in.Host, in.Port, err))
+	}
+	d, err := s.evalNetwork(ctx, in)
+	if err != nil {
+		e.log.Error().Err(err).Uint64("version", s.version).Str("host", in.Host).Uint16("port", in.Port).Msg("policy evaluation failed")
+		return s.fault(err)
+	}
+	s.cache.put(key, d)
+	return d
+}
+
+// DecideDNS decides whether a DNS name may be resolved: it must be an
+// endpoint host (or match a wildcard host) of some policy. Failure modes
+// are those of DecideNetwork.
+func (e *Engine) DecideDNS(ctx context.Context, in DNSInput) Decision {
+	s := e.cur.Load()
+	if s == nil {
+		return unavailable()
+	}
+	in.Name = normalizeName(in.Name)
+	key := cacheKey{dns: true, host: in.Name, port: in.QType}
+	if d, ok := s.cache.get(key); ok {
+		return d
+	}
+	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
+		return s.fault(fmt.Errorf("DNS policy decision for %s: %w", in.Name, err))
+	}
+	input := ast.NewObject(ast.Item(ast.StringTerm("dns"), ast.ObjectTerm(
+		ast.Item(ast.StringTerm("name"), ast.StringTerm(in.Name)),
+		ast.Item(ast.StringTerm("qtype"), ast.IntNumberTerm(int(in.QType))),
+	)))
+	d, err := s.eval(ctx, s.dns, input)
+	if err != nil {
+		e.log.Error().Err(err).Uint64("version", s.version).Str("name", in.Name).Msg("DNS policy evaluation failed")
+		return s.fault(err)
+	}
+	s.cache.put(key, d)
+	return d
+}
+
+func (s *snapshot) fault(err error) Decision {
+	return Decision{Reason: reason.BoundaryFault, Policy: "-", Version: s.version,
+		Message: "policy decision failed, denying: " + err.Error()}
+}
+
+func (s *snapshot) evalNetwork(ctx context.Context, in NetworkInput) (Decision, error) {
+	anc := make([]*ast.Term, len(in.Ancestors))
+	for i, a := range in.Ancestors {
+		anc[i] = ast.StringTerm(a)
+	}
+	items := [][2]*ast.Term{
+		ast.Item(ast.StringTerm("network"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("host"), ast.StringTerm(in.Host)),
+			ast.Item(ast.StringTerm("port"), ast.IntNumberTerm(int(in.Port))),
+		)),
+		ast.Item(ast.StringTerm("exec"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("path"), ast.StringTerm(in.Exe)),
+			ast.Item(ast.StringTerm("ancestors"), ast.ArrayTerm(anc...)),
+		)),
+	}
+	if in.IdentityNone {
+		items = append(items, ast.Item(ast.StringTerm("identity"), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("mode"), ast.StringTerm("none")))))
+	}
+	return s.eval(ctx, s.network, ast.NewObject(items...))
+}
+
+// eval runs a prepared query and reads its decision object straight from
+// the AST (no JSON round trip).
+func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (Decision, error) {
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepAST))
+	if err != nil {
+		return Decision{}, fmt.Errorf("policy version %d: %w", s.version, err)
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return Decision{}, fmt.Errorf("policy version %d: decision undefined", s.version)
+	}
+	t, _ := rs[0].Expressions[0].Value.(*ast.Term)
+	var obj ast.Object
+	if t != nil {
+		obj, _ = t.Value.(ast.Object)
+	}
+	if obj == nil {
+		return Decision{}, fmt.Errorf("policy version %d: decision is %v, not an object", s.version, t)
+	}
+	d := Decision{Version: s.version}
+	allow, ok1 := field[ast.Boolean](obj, "allow")
+	code, ok2 := field[ast.String](obj, "reason")
+	name, ok3 := field[ast.String](obj, "policy")
+	msg, ok4 := field[ast.String](obj, "message")
+	ids, ok5 := field[*ast.Array](obj, "endpoints")
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return Decision{}, fmt.Errorf("policy version %d: malformed decision %v", s.version, obj)
+	}
+	d.Allow, d.Reason, d.Policy, d.Message = bool(allow), reason.Code(code), string(name), string(msg)
+	for i := 0; i < ids.Len(); i++ {
+		num, _ := ids.Elem(i).Value.(ast.Number)
+		n, ok := num.Int()
+		if !ok || n < 0 || n >= len(s.endpoints) {
+			return Decision{}, fmt.Errorf("policy version %d: decision names unknown endpoint %v", s.version, ids.Elem(i))
+		}
+		ep := s.endpoints[n]
+		d.ExactHost = d.ExactHost || ep.exact
+		if d.AllowedIPs == nil {
+			d.AllowedIPs = ep.allowedIPs
+		} else if len(ep.allowedIPs) > 0 {
+			d.AllowedIPs = append(append([]netip.Prefix(nil), d.AllowedIPs...), ep.allowedIPs...)
+		}
+	}
+	return d, nil
+}
+
+// field reads a typed member of a decision object.
+func field[T ast.Value](obj ast.Object, key string) (T, bool) {
+	var zero T
+	t := obj.Get(ast.StringTerm(key))
+	if t == nil {
+		return zero, false
+	}
+	v, ok := t.Value.(T)
+	return v, ok
+}
+
+func keepAST(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
+
+// normalizeName lower-cases a host or DNS name and drops one trailing dot.
+func normalizeName(s string) string {
+	return strings.ToLower(strings.TrimSuffix(s, "."))
+}

@@ -1,0 +1,554 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/gobwas/glob"
+	"gopkg.in/yaml.v3"
+)
+
+// maxNodes bounds the YAML nodes the parser visits, aliases expanded, so a
+// file of nested aliases ("billion laughs") fails fast instead of looping.
+const maxNodes = 200_000
+
+// Valid keys per section, in the order error messages list them.
+var (
+	topKeys        = []string{"version", "filesystem_policy", "landlock", "process", "network_policies", "network_middlewares"}
+	filesystemKeys = []string{"include_workdir", "read_only", "read_write"}
+	landlockKeys   = []string{"compatibility"}
+	processKeys    = []string{"run_as_user", "run_as_group"}
+	netPolicyKeys  = []string{"name", "endpoints", "binaries"}
+	binaryKeys     = []string{"path", "harness"}
+	endpointKeys   = []string{
+		"host", "port", "ports", "allowed_ips", "protocol", "tls", "enforcement", "access",
+		"rules", "deny_rules", "path", "allow_encoded_slash", "websocket_credential_rewrite",
+		"request_body_credential_rewrite", "allow_uninspected_credentials", "persisted_queries",
+		"graphql_persisted_queries", "graphql_max_body_bytes", "credential_signing",
+		"signing_service", "signing_region", "json_rpc", "mcp",
+	}
+)
+
+// valueKind is the YAML shape an accepted-but-unenforced field must have.
+type valueKind int
+
+const (
+	kindAny    valueKind = 0
+	kindString valueKind = 1
+	kindBool   valueKind = 2
+	kindInt    valueKind = 3
+	kindList   valueKind = 4
+	kindMap    valueKind = 5
+)
+
+func (k valueKind) String() string {
+	switch k {
+	case kindString:
+		return "a string"
+	case kindBool:
+		return "a boolean"
+	case kindInt:
+		return "an integer"
+	case kindList:
+		return "a list"
+	case kindMap:
+		return "a mapping"
+	case kindAny:
+		return "any value"
+	default:
+		return fmt.Sprintf("kind(%d)", int(k))
+	}
+}
+
+// unenforcedField says how to check an endpoint field stockade keeps but
+// does not enforce, and what the "not enforced" notice says about it.
+type unenforcedField struct {
+	kind valueKind
+	why  string
+}
+
+func unenforcedEndpointField(key string) unenforcedField {
+	const l7 = "L7 inspection is not implemented; the whole host:port is reachable for allowed binaries"
+	const cred = "credential injection/rewriting is not implemented"
+	switch key {
+	case "protocol", "enforcement", "access", "path", "persisted_queries":
+		return unenforcedField{kindString, l7}
+	case "rules", "deny_rules":
+		return unenforcedField{kindList, l7}
+	case "graphql_persisted_queries", "json_rpc", "mcp":
+		return unenforcedField{kindMap, l7}
+	case "allow_encoded_slash":
+		return unenforcedField{kindBool, l7}
+	case "graphql_max_body_bytes":
+		return unenforcedField{kindInt, l7}
+	case "tls":
+		return unenforcedField{kindString, "TLS is passed through, never terminated"}
+	case "credential_signing", "signing_service", "signing_region":
+		return unenforcedField{kindString, cred}
+	case "websocket_credential_rewrite", "request_body_credential_rewrite", "allow_uninspected_credentials":
+		return unenforcedField{kindBool, cred}
+	default:
+		return unenforcedField{kindAny, "not implemented"}
+	}
+}
+
+// Parse parses and validates an OpenShell v1 policy. file names the policy
+// in positions. On failure the error is an ErrorList holding every error
+// found in the file, each with file:line:col.
+func Parse(file string, data []byte) (*Policy, error) {
+	p := &parser{file: file}
+	pol := p.parse(data)
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	pol.notices = p.notices
+	return pol, nil
+}
+
+type parser struct {
+	file     string
+	errs     ErrorList
+	notices  []Notice
+	nodes    int
+	tooLarge bool
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, a ...any) {
+	p.errs = append(p.errs, &Error{File: p.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)})
+}
+
+func (p *parser) notef(n *yaml.Node, format string, a ...any) {
+	p.notices = append(p.notices, Notice{File: p.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)})
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError turns a yaml.v3 syntax error into an Error (yaml.v3 reports a
+// line but no column).
+func (p *parser) yamlError(err error) {
+	e := &Error{File: p.file, Line: 1, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Msg = m[2]
+	}
+	p.errs = append(p.errs, e)
+}
+
+func (p *parser) parse(data []byte) *Policy {
+	pol := &Policy{File: p.file, Landlock: Landlock{Compatibility: BestEffort}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.errs = append(p.errs, &Error{File: p.file, Line: 1, Col: 1, Msg: `empty policy; a policy needs at least "version: 1"`})
+		} else {
+			p.yamlError(err)
+		}
+		return pol
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "a policy file holds one YAML document; found another one here")
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+	}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	if isNull(p.resolve(root)) {
+		p.errorf(root, `empty policy; a policy needs at least "version: 1"`)
+		return pol
+	}
+	sawVersion := false
+	p.mapping(root, "policy", topKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "version":
+			sawVersion = true
+			if n, ok := p.integer(v, "version"); ok {
+				if n != 1 {
+					p.errorf(v, "unsupported version %d; the only valid version is 1", n)
+				}
+				pol.Version = int(n)
+			}
+		case "filesystem_policy":
+			pol.Filesystem = p.filesystem(v)
+		case "landlock":
+			p.mapping(v, "landlock", landlockKeys, func(_ string, _, v *yaml.Node) {
+				switch s, _ := p.str(v, "landlock.compatibility"); s {
+				case "best_effort":
+					pol.Landlock.Compatibility = BestEffort
+				case "hard_requirement":
+					pol.Landlock.Compatibility = HardRequirement
+				default:
+					p.errorf(v, "landlock.compatibility: invalid value %q; valid values: best_effort, hard_requirement", s)
+				}
+			})
+		case "process":
+			p.mapping(v, "process", processKeys, func(key string, _, v *yaml.Node) {
+				s, _ := p.str(v, "process."+key)
+				if key == "run_as_user" {
+					pol.Process.RunAsUser = s
+				} else {
+					pol.Process.RunAsGroup = s
+				}
+			})
+		case "network_policies":
+			p.mapping(v, "network_policies", nil, func(key string, k, v *yaml.Node) {
+				if np := p.networkPolicy(key, k, v); np != nil {
+					pol.NetworkPolicies = append(pol.NetworkPolicies, np)
+				}
+			})
+		case "network_middlewares":
+			p.mapping(v, "network_middlewares", nil, func(key string, k, v *yaml.Node) {
+				if f, ok := p.keep(key, k, v, kindMap); ok {
+					pol.Middlewares = append(pol.Middlewares, f)
+					p.notef(k, "network_middlewares.%s accepted, not enforced: middlewares are not implemented", key)
+				}
+			})
+		}
+	})
+	if !sawVersion && p.resolve(root).Kind == yaml.MappingNode {
+		p.errorf(root, `missing required key "version"; the only valid version is 1`)
+	}
+	return pol
+}
+
+func (p *parser) filesystem(n *yaml.Node) *FilesystemPolicy {
+	fs := &FilesystemPolicy{}
+	if !p.mapping(n, "filesystem_policy", filesystemKeys, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "include_workdir":
+			fs.IncludeWorkdir, _ = p.boolean(v, "filesystem_policy.include_workdir")
+		case "read_only":
+			fs.ReadOnly = p.paths(v, "filesystem_policy.read_only", false)
+		case "read_write":
+			fs.ReadWrite = p.paths(v, "filesystem_policy.read_write", true)
+		}
+	}) {
+		return nil
+	}
+	return fs
+}
+
+func (p *parser) paths(n *yaml.Node, what string, writable bool) []string {
+	var out []string
+	p.seq(n, what, func(item *yaml.Node) {
+		s, ok := p.str(item, what+" entry")
+		if !ok {
+			return
+		}
+		if msg := checkPath(s); msg != "" {
+			p.errorf(item, "%s: %s", what, msg)
+			return
+		}
+		if writable && strings.TrimRight(s, "/") == "" {
+			p.errorf(item, `%s: "/" would make the whole filesystem writable; list the directories the workload needs, e.g. /sandbox`, what)
+			return
+		}
+		out = append(out, s)
+	})
+	return out
+}
+
+// checkPath returns why s is not an acceptable absolute path, or "".
+func checkPath(s string) string {
+	switch {
+	case s == "":
+		return "empty path"
+	case !strings.HasPrefix(s, "/"):
+		return fmt.Sprintf("relative path %q; paths must be absolute (start with /)", s)
+	case strings.ContainsRune(s, 0):
+		return fmt.Sprintf("path %q contains a NUL byte", s)
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == ".." {
+			return fmt.Sprintf(`path %q contains ".."; write the path without parent components`, s)
+		}
+	}
+	return ""
+}
+
+func (p *parser) networkPolicy(key string, k, v *yaml.Node) *NetworkPolicy {
+	np := &NetworkPolicy{Key: key, Name: key, Line: k.Line, Col: k.Column}
+	what := fmt.Sprintf("network policy %q", key)
+	sawEndpoints, sawBinaries := false, false
+	if isNull(p.resolve(v)) {
+		p.errorf(k, "%s is empty; it needs endpoints and binaries", what)
+		return nil
+	}
+	if !p.mapping(v, what, netPolicyKeys, func(field string, _, v *yaml.Node) {
+		switch field {
+		case "name":
+			if s, ok := p.str(v, what+" name"); ok && s != "" {
+				np.Name = s
+			}
+		case "endpoints":
+			p.seq(v, what+" endpoints", func(item *yaml.Node) {
+				sawEndpoints = true
+				if ep := p.endpoint(item); ep != nil {
+					np.Endpoints = append(np.Endpoints, ep)
+				}
+			})
+		case "binaries":
+			p.seq(v, what+" binaries", func(item *yaml.Node) {
+				sawBinaries = true
+				if b, ok := p.binary(item); ok {
+					np.Binaries = append(np.Binaries, b)
+				}
+			})
+		}
+	}) {
+		return nil
+	}
+	if !sawEndpoints {
+		p.errorf(k, "%s has no endpoints; add at least one {host: ..., port: ...}", what)
+	}
+	if !sawBinaries {
+		p.notef(k, "%s has no binaries: no process may use its endpoints (denied binary_not_allowed) except with --identity none; its hosts stay DNS-eligible", what)
+	}
+	return np
+}
+
+func (p *parser) binary(n *yaml.Node) (Binary, bool) {
+	b := Binary{Line: n.Line, Col: n.Column}
+	if isNull(n) {
+		p.errorf(n, "binary entry is empty; write {path: /usr/bin/curl}")
+		return b, false
+	}
+	sawPath := false
+	p.mapping(n, "binary", binaryKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "path":
+			sawPath = true
+			s, ok := p.str(v, "binary path")
+			if !ok {
+				return
+			}
+			if msg := checkPath(s); msg != "" {
+				p.errorf(v, "binary path: %s", msg)
+				return
+			}
+			if strings.Contains(s, "*") {
+				if _, err := glob.Compile(s, '/'); err != nil {
+					p.errorf(v, "binary path %q is not a valid glob (* within one segment, ** across segments): %v", s, err)
+					return
+				}
+				b.Glob = true
+			}
+			b.Path = s
+		case "harness":
+			if _, ok := p.boolean(v, "binary harness"); ok {
+				p.notef(k, "harness accepted, not enforced: deprecated and ignored (as in OpenShell)")
+			}
+		}
+	})
+	if !sawPath && n.Kind == yaml.MappingNode {
+		p.errorf(n, "binary has no path; write {path: /usr/bin/curl}")
+	}
+	return b, b.Path != ""
+}
+
+func (p *parser) endpoint(n *yaml.Node) *Endpoint {
+	ep := &Endpoint{Line: n.Line, Col: n.Column}
+	if isNull(n) {
+		p.errorf(n, "endpoint entry is empty; write {host: api.example.com, port: 443}")
+		return nil
+	}
+	var hostNode, portNode, portsNode *yaml.Node
+	bad := false
+	ok := p.mapping(n, "endpoint", endpointKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "host":
+			hostNode = k
+			s, ok := p.str(v, "host")
+			if !ok {
+				bad = true
+				return
+			}
+			host, wild, msg := checkHost(s)
+			if msg != "" {
+				p.errorf(v, "%s", msg)
+				bad = true
+				return
+			}
+			ep.Host, ep.Wildcard = host, wild
+		case "port":
+			portNode = k
+			if port, ok := p.port(v); ok {
+				ep.Ports = appendPort(ep.Ports, port)
+			}
+		case "ports":
+			portsNode = k
+			p.seq(v, "ports", func(item *yaml.Node) {
+				if port, ok := p.port(item); ok {
+					ep.Ports = appendPort(ep.Ports, port)
+				}
+			})
+		case "allowed_ips":
+			p.seq(v, "allowed_ips", func(item *yaml.Node) {
+				if pfx, ok := p.cidr(item); ok {
+					ep.AllowedIPs = append(ep.AllowedIPs, pfx)
+				}
+			})
+		default:
+			spec := unenforcedEndpointField(key)
+			f, ok := p.keep(key, k, v, spec.kind)
+			if !ok {
+				return
+			}
+			s, _ := f.Value.(string)
+			switch key {
+			case "protocol":
+				ep.Protocol = s
+				if s == "tcp" {
+					return // plain TCP is exactly what the boundary enforces
+				}
+			case "tls":
+				ep.TLS = s
+			case "enforcement":
+				ep.Enforcement = s
+			case "access":
+				ep.Access = s
+			default:
+				ep.Unenforced = append(ep.Unenforced, f)
+			}
+			p.notef(k, "%s accepted, not enforced: %s", describeField(key, f.Value), spec.why)
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if hostNode == nil {
+		p.errorf(n, "endpoint has no host; name the host (host-less allowed_ips endpoints are not supported)")
+		bad = true
+	}
+	switch {
+	case portNode != nil && portsNode != nil:
+		p.errorf(portsNode, "endpoint has both port and ports; use one of them")
+		bad = true
+	case portNode == nil && portsNode == nil:
+		p.errorf(n, "endpoint has no port; add port: 443 or ports: [80, 443]")
+		bad = true
+	case portsNode != nil && len(ep.Ports) == 0:
+		p.errorf(portsNode, "ports is empty; list at least one port 1-65535")
+		bad = true
+	}
+	if bad {
+		return nil
+	}
+	return ep
+}
+
+func describeField(key string, v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%s: %s", key, s)
+	}
+	return key
+}
+
+func appendPort(ports []uint16, port uint16) []uint16 {
+	for _, q := range ports {
+		if q == port {
+			return ports
+		}
+	}
+	return append(ports, port)
+}
+
+func (p *parser) port(n *yaml.Node) (uint16, bool) {
+	v, ok := p.integer(n, "port")
+	if !ok {
+		return 0, false
+	}
+	if v < 1 || v > 65535 {
+		p.errorf(n, "port %d out of range; valid ports are 1-65535", v)
+		return 0, false
+	}
+	return uint16(v), true
+}
+
+func (p *parser) cidr(n *yaml.Node) (netip.Prefix, bool) {
+	s, ok := p.str(n, "allowed_ips entry")
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		p.errorf(n, "allowed_ips: %q is not a CIDR; write e.g. 10.0.0.0/8 or 10.1.2.3/32", s)
+		return netip.Prefix{}, false
+	}
+	pfx = pfx.Masked()
+	for _, lo := range []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("::ffff:127.0.0.0/104"),
+	} {
+		if pfx.Overlaps(lo) {
+			p.errorf(n, "allowed_ips: %s overlaps loopback %s; loopback destinations cannot be allowed by policy", pfx, lo)
+			return netip.Prefix{}, false
+		}
+	}
+	return pfx, true
+}
+
+// checkHost validates and normalises an endpoint host. It returns the
+// lower-case host without a trailing dot, whether it is a first-label
+// wildcard, or a message saying what is wrong.
+func checkHost(s string) (string, bool, string) {
+	h := strings.ToLower(strings.TrimSuffix(s, "."))
+	switch {
+	case h == "":
+		return "", false, "host is empty; name a host such as api.example.com"
+	case strings.Contains(h, "://") || strings.Contains(h, "/"):
+		return "", false, fmt.Sprintf("host %q must be a bare host name, not a URL; write e.g. api.example.com", s)
+	case h == "*" || h == "**":
+		return "", false, fmt.Sprintf("host %q would allow every host; name the hosts or use a wildcard such as *.example.com", s)
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return "", false, fmt.Sprintf("host %q: an address with a zone is not allowed", s)
+		}
+		return a.String(), false, ""
+	}
+	if strings.Contains(h, ":") {
+		return "", false, fmt.Sprintf("host %q must not carry a port; use port: or ports:", s)
+	}
+	labels := strings.Split(h, ".")
+	for i, l := range labels {
+		switch {
+		case l == "":
+			return "", false, fmt.Sprintf("host %q has an empty label", s)
+		case strings.Contains(l, "*") && i > 0:
+			return "", false, fmt.Sprintf("host %q: a wildcard is allowed only as the whole first label, e.g. *.example.com", s)
+		case strings.Contains(l, "*") && l != "*":
+			return "", false, fmt.Sprintf("host %q: a wildcard must be the whole first label (*.example.com); partial-label and ** wildcards are not supported", s)
+		case l != "*" && !validLabel(l):
+			return "", false, fmt.Sprintf("host %q: label %q may hold only letters, digits, '-' and '_'", s, l)
+		}
+	}
+	wild := labels[0] == "*"
+	if wild && len(labels) <= 2 {
+		return "", false, fmt.Sprintf("host %q is a top-level-domain wildcard; use at least two labels after the *, e.g. *.example.com", s)
+	}
+	return h, wild, ""
+}
+
+func validLabel(l string) bool {
+	if len(l) > 63 {
+		return false
+	}
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,133 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Policy is a parsed, valid OpenShell v1 policy. It is immutable once
+// returned by Parse: the Engine shares it between decisions.
+type Policy struct {
+	// File is the name the policy was loaded under (used in positions).
+	File string
+	// Version is the schema version; always 1.
+	Version int
+	// Filesystem is nil when the file has no filesystem_policy.
+	Filesystem *FilesystemPolicy
+	// Landlock always has a compatibility (best_effort when not given).
+	Landlock Landlock
+	// Process is the identity of the workload; empty fields mean "let the
+	// driver choose".
+	Process Process
+	// NetworkPolicies in file order.
+	NetworkPolicies []*NetworkPolicy
+	// Middlewares are network_middlewares entries, kept, not enforced.
+	Middlewares []Field
+
+	notices []Notice
+}
+
+// Notices returns what was accepted but is not enforced (or does less than
+// it seems), each with file:line:col, in file order.
+func (p *Policy) Notices() []Notice {
+	return append([]Notice(nil), p.notices...)
+}
+
+// EndpointCount is the number of endpoints over all network policies.
+func (p *Policy) EndpointCount() int {
+	n := 0
+	for _, np := range p.NetworkPolicies {
+		n += len(np.Endpoints)
+	}
+	return n
+}
+
+// FilesystemPolicy is the Landlock filesystem section.
+type FilesystemPolicy struct {
+	IncludeWorkdir bool
+	ReadOnly       []string
+	ReadWrite      []string
+}
+
+// Compatibility is landlock.compatibility.
+type Compatibility int
+
+// Landlock compatibility modes. Values are explicit and stable.
+const (
+	// BestEffort skips what the kernel or a path does not allow, with a warning.
+	BestEffort Compatibility = 1
+	// HardRequirement fails the sandbox start instead.
+	HardRequirement Compatibility = 2
+)
+
+// String returns the YAML spelling of the mode.
+func (c Compatibility) String() string {
+	switch c {
+	case BestEffort:
+		return "best_effort"
+	case HardRequirement:
+		return "hard_requirement"
+	default:
+		return fmt.Sprintf("compatibility(%d)", int(c))
+	}
+}
+
+// Landlock is the landlock section.
+type Landlock struct {
+	Compatibility Compatibility
+}
+
+// Process is the process section. Values are kept as written (a name such
+// as "sandbox" or a number).
+type Process struct {
+	RunAsUser  string
+	RunAsGroup string
+}
+
+// NetworkPolicy is one entry of network_policies.
+type NetworkPolicy struct {
+	// Key is the map key in network_policies.
+	Key string
+	// Name is the name field, or Key when the file gives none. Decisions
+	// and audit events carry it.
+	Name      string
+	Endpoints []*Endpoint
+	Binaries  []Binary
+	Line, Col int
+}
+
+// Endpoint is one host and its ports within a network policy.
+type Endpoint struct {
+	// Host is lower-case without a trailing dot. A wildcard host is
+	// "*.<suffix>" and matches exactly one extra label.
+	Host     string
+	Wildcard bool
+	// Ports from port or ports, each 1-65535.
+	Ports []uint16
+	// AllowedIPs permits destinations in private ranges.
+	AllowedIPs []netip.Prefix
+	// Kept, not enforced: the boundary decides on host, port and binary.
+	Protocol    string
+	TLS         string
+	Enforcement string
+	Access      string
+	// Unenforced holds every other accepted field (rules, deny_rules,
+	// credential settings, ...) as decoded YAML.
+	Unenforced []Field
+	Line, Col  int
+}
+
+// Binary is one entry of a policy's binaries: an absolute path, or a glob
+// where * stays within one path segment and ** crosses segments.
+type Binary struct {
+	Path      string
+	Glob      bool
+	Line, Col int
+}
+
+// Field is an accepted field kept as decoded YAML (maps, lists, scalars).
+type Field struct {
+	Key       string
+	Value     any
+	Line, Col int
+}
