@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	"github.com/gobwas/glob"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -17,8 +18,11 @@ import (
 //
 //	hosts:     {exact host: [entry]}          exact hosts are object keys
 //	wildcards: {suffix: [entry]}              "*.example.com" under "example.com"
-//	binaries:  {policy index: {exact: {path}, globs: [pattern]}}
-//	entry:     {id: endpoint index, policy: policy index, name, ports: {port}}
+//	binaries:  {"policy index": {exact: {path: true}, globs: [pattern]}}
+//	entry:     {id: endpoint index, policy: "policy index", name, ports: {port}}
+//
+// (Data keys are strings and exact paths an object, not a set: storage
+// paths address neither number keys nor set members.)
 //
 // Entries are in file order, so the first allowing entry (exact hosts
 // before wildcards) names the decision's policy deterministically.
@@ -136,10 +140,10 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 	hosts, wildcards, binaries := ast.NewObject(), ast.NewObject(), ast.NewObject()
 	globs := map[string]*glob.Pattern{}
 	for pi, np := range pol.NetworkPolicies {
-		exact, patterns := ast.NewSet(), []*ast.Term{}
+		exact, patterns := ast.NewObject(), []*ast.Term{}
 		for _, b := range np.Binaries {
 			if !b.Glob {
-				exact.Add(ast.StringTerm(b.Path))
+				exact.Insert(ast.StringTerm(b.Path), ast.InternedTerm(true))
 				continue
 			}
 			g, err := glob.Compile(b.Path, '/')
@@ -149,7 +153,7 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 			globs[b.Path] = g
 			patterns = append(patterns, ast.StringTerm(b.Path))
 		}
-		binaries.Insert(ast.IntNumberTerm(pi), ast.ObjectTerm(
+		binaries.Insert(ast.StringTerm(strconv.Itoa(pi)), ast.ObjectTerm(
 			ast.Item(ast.StringTerm("exact"), ast.NewTerm(exact)),
 			ast.Item(ast.StringTerm("globs"), ast.ArrayTerm(patterns...)),
 		))
@@ -160,7 +164,7 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 			}
 			entry := ast.ObjectTerm(
 				ast.Item(ast.StringTerm("id"), ast.IntNumberTerm(len(c.endpoints))),
-				ast.Item(ast.StringTerm("policy"), ast.IntNumberTerm(pi)),
+				ast.Item(ast.StringTerm("policy"), ast.StringTerm(strconv.Itoa(pi))),
 				ast.Item(ast.StringTerm("name"), ast.StringTerm(np.Name)),
 				ast.Item(ast.StringTerm("ports"), ast.NewTerm(ports)),
 			)
@@ -172,7 +176,27 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 			appendEntry(table, key, entry)
 		}
 	}
+	exe, globT := ast.NewObject(), ast.NewObject()
+	for pi, np := range pol.NetworkPolicies {
+		var pats []*ast.Term
+		for _, b := range np.Binaries {
+			if b.Glob {
+				pats = append(pats, ast.StringTerm(b.Path))
+				continue
+			}
+			k := ast.StringTerm(b.Path)
+			cur := exe.Get(k)
+			if cur == nil {
+				cur = ast.ObjectTerm()
+				exe.Insert(k, cur)
+			}
+			cur.Value.(ast.Object).Insert(ast.StringTerm(strconv.Itoa(pi)), ast.InternedTerm(true))
+		}
+		globT.Insert(ast.StringTerm(strconv.Itoa(pi)), ast.ArrayTerm(pats...))
+	}
 	data := ast.NewObject(ast.Item(ast.StringTerm("stockade"), ast.ObjectTerm(
+		ast.Item(ast.StringTerm("exe"), ast.NewTerm(exe)),
+		ast.Item(ast.StringTerm("globs"), ast.NewTerm(globT)),
 		ast.Item(ast.StringTerm("hosts"), ast.NewTerm(hosts)),
 		ast.Item(ast.StringTerm("wildcards"), ast.NewTerm(wildcards)),
 		ast.Item(ast.StringTerm("binaries"), ast.NewTerm(binaries)),

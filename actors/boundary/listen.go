@@ -76,3 +76,30 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
 }
+
+// ListenDNS opens a UDP and a TCP listener on the same address. With port 0
+// it retries until the kernel's UDP port is also free for TCP.
+func ListenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dns listen %q: %w", addr, err)
+	}
+	tries := 1
+	if port == "0" {
+		tries = 20
+	}
+	for i := 0; ; i++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns listen udp %s: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		_ = pc.Close()
+		if i+1 >= tries {
+			return nil, nil, fmt.Errorf("dns listen tcp %s: %w", pc.LocalAddr(), err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -122,9 +123,17 @@ func fmtDur(ns float64) string {
 	}
 }
 
-// fmtRatio formats a/b, or "" when b is not positive.
+// fmtNum formats a metric value: integers as such, others to 4 digits.
+func fmtNum(v float64) string {
+	if v == float64(int64(v)) {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// fmtRatio formats a/b, or "" when either is not positive.
 func fmtRatio(a, b float64) string {
-	if b <= 0 {
+	if a <= 0 || b <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("%.2fx", a/b)

@@ -257,7 +257,9 @@ func TestAnswerInjectedFaults(t *testing.T) {
 	set := fault.NewSet()
 	d := allowing("api.example.com")
 	a := &Answerer{Decider: d, Upstream: mustHosts(t, testHosts), Injector: set}
-	ask := func() (*dns.Msg, Outcome) { return a.Answer(context.Background(), query("api.example.com.", dns.TypeA), UDP) }
+	ask := func() (*dns.Msg, Outcome) {
+		return a.Answer(context.Background(), query("api.example.com.", dns.TypeA), UDP)
+	}
 
 	set.Arm(fault.DNSQuery, fault.Rule{Kind: fault.KindError, Count: 1})
 	resp, out := ask()

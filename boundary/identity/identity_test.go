@@ -135,6 +135,15 @@ func TestUnknownTupleFailsFast(t *testing.T) {
 	}
 }
 
+func TestCancelledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	local, remote := ends(pair(t, listen(t, "tcp4", "127.0.0.1:0")))
+	if _, err := newResolver(t).Resolve(ctx, local, remote); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
 func TestClosedClientHasNoOwner(t *testing.T) {
 	ln := listen(t, "tcp4", "127.0.0.1:0")
 	c, err := net.Dial("tcp4", ln.Addr().String())

@@ -99,6 +99,9 @@ func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Id
 	if err := r.inj.Inject(fault.IdentityLookup); err != nil {
 		return Identity{}, fmt.Errorf("identity: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return Identity{}, fmt.Errorf("identity: %s -> %s: %w", remote, local, err)
+	}
 	deadline := time.Now().Add(retryWindow)
 	backoff := retryBackoff
 	for tries := 1; ; tries++ {

@@ -144,15 +144,16 @@ func (p procFS) ppid(pid int) (int, error) {
 		return 0, err
 	}
 	b := buf[:n]
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+4 > len(b) {
+	// After ") " come the state (one letter), a space, then ppid.
+	i := bytes.LastIndexByte(b, ')') + 4
+	if i < 4 || i >= len(b) {
 		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
 	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 2 {
+	j := i + bytes.IndexByte(b[i:], ' ')
+	if j < i {
 		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
 	}
-	return strconv.Atoi(string(f[1]))
+	return strconv.Atoi(string(b[i:j]))
 }
 
 // ancestors walks the ppid chain from pid, collecting each parent's exe,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -96,7 +95,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		log.Warn().Str("point", string(p)).Str("kind", r.Kind.String()).Msg("fault injection armed")
 	}
 
-	engine := policy.NewEngine(policy.WithInjector(inj))
+	engine := policy.NewEngine(policy.WithFaults(inj), policy.WithLogger(log))
 	if err := loadPolicy(engine, o.policyFile, log); err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -111,7 +110,11 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		}
 		up, res = h, proxy.UpstreamResolver{Up: h}
 	case o.dnsUpstream != "":
-		up = dnsproxy.NewForwarder([]string{o.dnsUpstream})
+		fw, err := dnsproxy.NewForwarder([]string{o.dnsUpstream})
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		up = fw
 		res = proxy.UpstreamResolver{Up: up}
 	default:
 		sys, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
@@ -148,7 +151,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	}
 
 	cfg := boundary.Config{
-		Decider: engineDecider{engine}, Identity: resolver, Resolver: res, DNSUpstream: up,
+		Decider: boundary.PolicyDecider(engine), Identity: resolver, Resolver: res, DNSUpstream: up,
 		AllowLoopback: o.allowLoopback, Audit: sinks, Injector: inj, Log: log,
 		Counters: supervise.NewCounters(),
 	}
@@ -237,35 +240,12 @@ func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, er
 		cfg.Proxy = ln
 	}
 	if dnsAddr != "" {
-		pc, err := net.ListenPacket("udp", dnsAddr)
+		pc, ln, err := boundary.ListenDNS(dnsAddr)
 		if err != nil {
-			return closers, fmt.Errorf("dns listen udp %s: %w", dnsAddr, err)
+			return closers, err
 		}
-		closers = append(closers, pc.Close)
-		// TCP on the same port as UDP (which may have been chosen by the kernel).
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
-		if err != nil {
-			return closers, fmt.Errorf("dns listen tcp %s: %w", pc.LocalAddr(), err)
-		}
-		closers = append(closers, ln.Close)
+		closers = append(closers, pc.Close, ln.Close)
 		cfg.DNSPacket, cfg.DNSStream = pc, ln
 	}
 	return closers, nil
 }
-
-// engineDecider adapts the policy engine to the boundary's Decider.
-type engineDecider struct{ e *policy.Engine }
-
-func (d engineDecider) DecideConnect(ctx context.Context, q boundary.ConnectQuery) boundary.ConnectVerdict {
-	v := d.e.DecideNetwork(ctx, policy.NetworkInput{
-		Host: q.Host, Port: q.Port, Exe: q.Exe, Ancestors: q.Ancestors, IgnoreBinaries: q.IdentityNone,
-	})
-	return boundary.ConnectVerdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, Message: v.Message,
-		Version: v.Version, AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost}
-}
-
-func (d engineDecider) DecideDNS(ctx context.Context, name string, qtype uint16) dnsproxy.Verdict {
-	v := d.e.DecideDNS(ctx, policy.DNSInput{Name: name, QType: qtype})
-	return dnsproxy.Verdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, Version: v.Version, Message: v.Message}
-}
-

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/bench/harness"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	cfg := harness.DefaultConfig()
+	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
+	fs.StringVar(&cfg.RepoDir, "repo", cfg.RepoDir, "module root")
+	fs.StringVar(&cfg.Stockade, "stockade", "", "prebuilt stockade binary (default: go build ./cmd/stockade)")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of each measurement")
+	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs of each measurement (median shown)")
+	quick := fs.Bool("quick", false, "smoke test: 2s measurements, 1 run")
+	conc := fs.String("c", "1,16,64", "tunnels concurrency levels")
+	fs.StringVar(&cfg.Identity, "identity", cfg.Identity, "stockade --identity: netlink or none")
+	fs.BoolVar(&cfg.Audit, "audit", cfg.Audit, "run stockade with --audit FILE")
+	fs.StringVar(&cfg.Binary, "binary", cfg.Binary, "policy binaries path glob")
+	fs.IntVar(&cfg.DNSNames, "dns-names", cfg.DNSNames, "allowed DNS names (as many unlisted)")
+	fs.IntVar(&cfg.DNSClients, "dns-clients", cfg.DNSClients, "dnsperf -c")
+	fs.IntVar(&cfg.DNSThreads, "dns-threads", cfg.DNSThreads, "dnsperf -T")
+	fs.IntVar(&cfg.DNSOutstanding, "dns-outstanding", cfg.DNSOutstanding, "dnsperf -q")
+	fs.IntVar(&cfg.DNSQPS, "dns-qps", cfg.DNSQPS, "dnsperf -Q (0: unlimited)")
+	fs.StringVar(&cfg.BenchTime, "benchtime", cfg.BenchTime, "go test -benchtime")
+	pkgs := fs.String("bench-pkgs", strings.Join(cfg.BenchPkgs, ","), "packages whose Go benchmarks join the table (empty: none)")
+	fs.Func("stockade-arg", "extra argument for `stockade boundary serve` (repeatable)", func(v string) error {
+		cfg.StockadeArgs = append(cfg.StockadeArgs, v)
+		return nil
+	})
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the run dir (configs, server logs)")
+	timeout := fs.Duration("timeout", time.Hour, "bound on the whole run")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	if *quick {
+		cfg = cfg.Quick()
+	}
+	cfg.Concurrency = nil
+	for f := range strings.SplitSeq(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "benchtable: bad -c %q\n", *conc)
+			return 2
+		}
+		cfg.Concurrency = append(cfg.Concurrency, n)
+	}
+	cfg.BenchPkgs = strings.FieldsFunc(*pkgs, func(r rune) bool { return r == ',' })
+	level := zerolog.InfoLevel
+	if *verbose {
+		level = zerolog.DebugLevel
+	}
+	cfg.Log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	report, err := harness.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		return 1
+	}
+	if err := report.Render(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		return 1
+	}
+	if n := report.Misses(); n > 0 {
+		fmt.Fprintf(os.Stderr, "benchtable: %d target(s) missed\n", n)
+		return 1
+	}
+	return 0
+}

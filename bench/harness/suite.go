@@ -1,0 +1,454 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/bench/loadgen"
+)
+
+// Config is one harness run.
+type Config struct {
+	RepoDir        string        // module root holding cmd/stockade and bench/
+	Stockade       string        // prebuilt stockade binary; "" builds ./cmd/stockade
+	Duration       time.Duration // of each measurement
+	Runs           int           // of each measurement; the table shows medians
+	Concurrency    []int         // tunnels workers, one set of rows each
+	Identity       string        // stockade --identity: netlink or none
+	Audit          bool          // pass stockade --audit (a file in the run dir)
+	Binary         string        // policy binaries path glob
+	DNSNames       int           // allowed names (as many unlisted ones are queried)
+	DNSClients     int           // dnsperf -c
+	DNSThreads     int           // dnsperf -T
+	DNSOutstanding int           // dnsperf -q
+	DNSQPS         int           // dnsperf -Q; 0 = as fast as answered
+	BenchTime      string        // go test -benchtime
+	BenchPkgs      []string      // packages whose Go benchmarks join the table
+	StockadeArgs   []string      // extra arguments for `stockade boundary serve`
+	Keep           bool          // keep the run dir (configs, logs)
+	Log            zerolog.Logger
+}
+
+// DefaultConfig is the full `make bench` configuration.
+func DefaultConfig() Config {
+	return Config{
+		RepoDir: ".", Duration: 10 * time.Second, Runs: 3, Concurrency: []int{1, 16, 64},
+		Identity: "netlink", Audit: true, Binary: "/**", DNSNames: 100,
+		DNSClients: 4, DNSThreads: 1, DNSOutstanding: 100, BenchTime: "1s",
+		BenchPkgs: []string{"./policy/", "./boundary/identity/"}, Log: zerolog.Nop(),
+	}
+}
+
+// Quick turns c into a smoke-test configuration: 2 s measurements, 1 run.
+func (c Config) Quick() Config {
+	c.Duration, c.Runs, c.BenchTime = 2*time.Second, 1, "100ms"
+	return c
+}
+
+// system is one thing measured: stockade, a peer, or the direct path.
+type system struct {
+	name  string
+	srv   *server // nil for direct
+	proxy string  // HTTP proxy address; "" for direct and DNS-only systems
+	dns   string  // DNS address; "" when not a DNS server
+	host  string  // host part of CONNECT targets
+	why   string  // non-empty: not measured, and why
+}
+
+func (s *system) cpu() time.Duration {
+	if s.srv == nil {
+		return 0
+	}
+	d, err := procCPU(s.srv.pid())
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+type tunnelRun struct {
+	res loadgen.TunnelResult
+	cpu time.Duration
+}
+
+type dnsRun struct {
+	res dnsResult
+	cpu time.Duration
+}
+
+type harness struct {
+	cfg      Config
+	tools    Tools
+	dir      string
+	srvs     *servers
+	loadgen  string
+	echoPort int
+	sinkPort int
+	files    files
+
+	stockade, tinyproxy, dnsmasq, direct *system
+
+	tunnels map[string][]tunnelRun // by system/c
+	bulk    map[string][]loadgen.BulkResult
+	dnsRuns map[string][]dnsRun
+	failed  map[string][]string // measurement failures by system
+	notes   []string
+}
+
+// Run builds, starts, measures, stops everything and returns the report.
+// Every process it started is gone when it returns.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	tools, err := CheckTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Runs < 1 || cfg.Duration <= 0 || len(cfg.Concurrency) == 0 {
+		return nil, fmt.Errorf("bench config: runs %d, duration %s and concurrency %v must be positive", cfg.Runs, cfg.Duration, cfg.Concurrency)
+	}
+	if cfg.RepoDir, err = filepath.Abs(cfg.RepoDir); err != nil {
+		return nil, fmt.Errorf("bench config: repo dir: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "stockade-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: run dir: %w", err)
+	}
+	if cfg.Keep {
+		cfg.Log.Info().Str("dir", dir).Msg("keeping run dir")
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // dnsmasq reads it as nobody
+		return nil, fmt.Errorf("bench: run dir: %w", err)
+	}
+	h := &harness{
+		cfg: cfg, tools: tools, dir: dir, srvs: &servers{dir: dir, log: cfg.Log},
+		stockade:  &system{name: "stockade", host: upstreamName},
+		tinyproxy: &system{name: "tinyproxy", host: "127.0.0.1"},
+		dnsmasq:   &system{name: "dnsmasq"},
+		direct:    &system{name: "direct", host: "127.0.0.1"},
+		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
+		dnsRuns: map[string][]dnsRun{}, failed: map[string][]string{},
+	}
+	defer h.srvs.stopAll()
+	if err := h.setup(ctx); err != nil {
+		return nil, err
+	}
+	h.measure(ctx)
+	h.srvs.stopAll() // the Go benchmarks get the CPUs to themselves
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bench interrupted: %w", err)
+	}
+	rows := h.networkRows()
+	for _, pkg := range cfg.BenchPkgs {
+		rows = append(rows, h.goBenchRows(ctx, pkg)...)
+	}
+	header := h.header()
+	return &Report{Header: header, Rows: rows, Notes: h.notes}, ctx.Err()
+}
+
+func (h *harness) note(format string, args ...any) {
+	h.notes = append(h.notes, fmt.Sprintf(format, args...))
+}
+
+func (h *harness) setup(ctx context.Context) error {
+	log := h.cfg.Log
+	h.loadgen = filepath.Join(h.dir, "loadgen")
+	log.Info().Msg("building loadgen")
+	if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", h.loadgen, "./bench/cmd/loadgen"); err != nil {
+		return fmt.Errorf("build loadgen: %w", err)
+	}
+	stockadeBin := h.cfg.Stockade
+	if stockadeBin == "" {
+		stockadeBin = filepath.Join(h.dir, "stockade")
+		log.Info().Msg("building stockade")
+		if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", stockadeBin, "./cmd/stockade"); err != nil {
+			h.stockade.why = "not built"
+			h.note("stockade not built: %s", oneLine(err.Error()))
+		}
+	}
+	if err := h.startUpstream(ctx); err != nil {
+		return err
+	}
+	ports := make([]int, 4)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	tpPort, dmPort, skProxy, skDNS := ports[0], ports[1], ports[2], ports[3]
+	var err error
+	h.files, err = writeFiles(fileParams{
+		dir: h.dir, names: h.cfg.DNSNames, echoPort: h.echoPort, sinkPort: h.sinkPort,
+		binary: h.cfg.Binary, tinyproxyPort: tpPort,
+	})
+	if err != nil {
+		return err
+	}
+	h.tinyproxy.proxy = fmt.Sprintf("127.0.0.1:%d", tpPort)
+	h.startServer(ctx, h.tinyproxy, h.tools.Path["tinyproxy"], "-d", "-c", h.files.tinyproxy)
+	h.dnsmasq.dns = fmt.Sprintf("127.0.0.1:%d", dmPort)
+	h.startServer(ctx, h.dnsmasq, h.tools.Path["dnsmasq"], dnsmasqArgs(dmPort, h.files.hosts)...)
+	if h.stockade.why == "" {
+		h.stockade.proxy = fmt.Sprintf("127.0.0.1:%d", skProxy)
+		h.stockade.dns = fmt.Sprintf("127.0.0.1:%d", skDNS)
+		args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.stockade.proxy,
+			"--dns", h.stockade.dns, "--hosts", h.files.hosts, "--identity", h.cfg.Identity, "--allow-loopback-upstream"}
+		if h.cfg.Audit {
+			args = append(args, "--audit", filepath.Join(h.dir, "audit.jsonl"))
+		}
+		h.startServer(ctx, h.stockade, stockadeBin, append(args, h.cfg.StockadeArgs...)...)
+	}
+	if h.tinyproxy.why != "" || h.dnsmasq.why != "" {
+		return fmt.Errorf("peers did not start: tinyproxy: %s; dnsmasq: %s", orOK(h.tinyproxy.why), orOK(h.dnsmasq.why))
+	}
+	return ctx.Err()
+}
+
+func orOK(s string) string {
+	if s == "" {
+		return "ok"
+	}
+	return s
+}
+
+// oneLine joins the lines of s with " | ".
+func oneLine(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' }), " | ")
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// startUpstream runs `loadgen upstream` and reads its addresses.
+func (h *harness) startUpstream(ctx context.Context) error {
+	srv, err := h.srvs.start("upstream", h.loadgen, "upstream", "-lifetime", "4h")
+	if err != nil {
+		return err
+	}
+	var addrs struct{ Echo, Sink string }
+	err = srv.waitFor(ctx, 10*time.Second, func() error {
+		b, err := os.ReadFile(srv.log)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(b, &addrs)
+	})
+	if err != nil {
+		return fmt.Errorf("start upstream: %w", err)
+	}
+	if h.echoPort, err = port(addrs.Echo); err != nil {
+		return err
+	}
+	h.sinkPort, err = port(addrs.Sink)
+	return err
+}
+
+func port(addr string) (int, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("upstream address %q: %w", addr, err)
+	}
+	return strconv.Atoi(p)
+}
+
+// startServer starts s and waits until it serves: its proxy tunnels a
+// probe and its DNS answers an allowed name. A failure leaves s.why set
+// and s stopped.
+func (h *harness) startServer(ctx context.Context, s *system, path string, args ...string) {
+	srv, err := h.srvs.start(s.name, path, args...)
+	if err != nil {
+		s.why = "failed to start"
+		h.note("%s: %v", s.name, err)
+		return
+	}
+	s.srv = srv
+	if s.proxy != "" {
+		err = srv.waitFor(ctx, 15*time.Second, dialCheck(s.proxy))
+	}
+	if err == nil && s.dns != "" {
+		err = srv.waitFor(ctx, 15*time.Second, func() error { return h.checkDNS(s.dns) })
+	}
+	if err == nil && s.proxy != "" {
+		err = h.probeProxy(ctx, s)
+	}
+	if err != nil {
+		s.why = "not serving"
+		h.note("%s not serving: %v", s.name, err)
+		srv.stop()
+		return
+	}
+	h.cfg.Log.Info().Str("server", s.name).Int("pid", srv.pid()).Msg("serving")
+}
+
+// checkDNS wants NOERROR with the hosts file's address for an allowed name
+// and REFUSED for an unlisted one.
+func (h *harness) checkDNS(addr string) error {
+	c := &dns.Client{Net: "udp", Timeout: time.Second}
+	for _, q := range []struct {
+		name  string
+		rcode int
+		ip    string
+	}{{allowedName(0), dns.RcodeSuccess, allowedIP(0)}, {unlistedName(0), dns.RcodeRefused, ""}} {
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(q.name), dns.TypeA)
+		r, _, err := c.Exchange(m, addr)
+		if err != nil {
+			return fmt.Errorf("query %s: %w", q.name, err)
+		}
+		if r.Rcode != q.rcode {
+			return fmt.Errorf("query %s: rcode %s, want %s", q.name, dns.RcodeToString[r.Rcode], dns.RcodeToString[q.rcode])
+		}
+		if q.ip != "" && (len(r.Answer) != 1 || !strings.HasSuffix(r.Answer[0].String(), "\t"+q.ip)) {
+			return fmt.Errorf("query %s: answer %v, want one A %s", q.name, r.Answer, q.ip)
+		}
+	}
+	return nil
+}
+
+// probeProxy runs a short tunnels load through s and wants no failure.
+func (h *harness) probeProxy(ctx context.Context, s *system) error {
+	res, err := h.runTunnels(ctx, s, 1, 200*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("CONNECT probe: %w", err)
+	}
+	if res.Tunnels == 0 || res.Errors != 0 {
+		return fmt.Errorf("CONNECT probe: %d tunnels, %d errors %v, first: %s", res.Tunnels, res.Errors, res.ErrorKinds, res.FirstError)
+	}
+	return nil
+}
+
+func (h *harness) target(s *system, port int) string {
+	return net.JoinHostPort(s.host, strconv.Itoa(port))
+}
+
+// loadgenArgs are the flags of a tunnels or bulk load through s.
+func (h *harness) loadgenArgs(mode string, s *system, port int, d time.Duration) []string {
+	args := []string{mode, "-target", h.target(s, port), "-d", d.String()}
+	if s.proxy != "" {
+		args = append(args, "-proxy", s.proxy)
+	}
+	return args
+}
+
+// runLoadgen runs the loadgen binary, bounded to d plus a margin, and
+// decodes its JSON result into out.
+func (h *harness) runLoadgen(ctx context.Context, d time.Duration, out any, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	b, err := runCmd(ctx, h.dir, h.loadgen, args...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("loadgen %s output %q: %w", args[0], b, err)
+	}
+	return nil
+}
+
+func (h *harness) runTunnels(ctx context.Context, s *system, c int, d time.Duration) (loadgen.TunnelResult, error) {
+	var res loadgen.TunnelResult
+	args := append(h.loadgenArgs("tunnels", s, h.echoPort, d), "-c", strconv.Itoa(c))
+	return res, h.runLoadgen(ctx, d, &res, args...)
+}
+
+func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, c) }
+
+// measure runs every measurement cfg.Runs times, interleaving the systems
+// within each run so that drift hits all of them alike. Failures are
+// recorded, not fatal.
+func (h *harness) measure(ctx context.Context) {
+	d := h.cfg.Duration
+	proxies := []*system{h.stockade, h.tinyproxy, h.direct}
+	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
+		log := h.cfg.Log.With().Int("run", run).Logger()
+		for _, c := range h.cfg.Concurrency {
+			for _, s := range usable(proxies) {
+				cpu0 := s.cpu()
+				res, err := h.runTunnels(ctx, s, c, d)
+				if h.failure(s, "tunnels", err) {
+					continue
+				}
+				h.tunnels[tunnelKey(s, c)] = append(h.tunnels[tunnelKey(s, c)], tunnelRun{res: res, cpu: s.cpu() - cpu0})
+				log.Info().Str("system", s.name).Int("c", c).Float64("tunnels/s", res.PerSecond).
+					Dur("p50", time.Duration(res.P50Ns)).Int64("errors", res.Errors).Msg("tunnels")
+			}
+		}
+		for _, s := range usable(proxies) {
+			var res loadgen.BulkResult
+			err := h.runLoadgen(ctx, d, &res, h.loadgenArgs("bulk", s, h.sinkPort, d)...)
+			if h.failure(s, "bulk", err) {
+				continue
+			}
+			h.bulk[s.name] = append(h.bulk[s.name], res)
+			log.Info().Str("system", s.name).Float64("MB/s", res.MBps).Str("error", res.Error).Msg("bulk")
+		}
+		for _, s := range usable([]*system{h.stockade, h.dnsmasq}) {
+			cpu0 := s.cpu()
+			res, err := h.runDNSPerf(ctx, s)
+			if h.failure(s, "dnsperf", err) {
+				continue
+			}
+			h.dnsRuns[s.name] = append(h.dnsRuns[s.name], dnsRun{res: res, cpu: s.cpu() - cpu0})
+			log.Info().Str("system", s.name).Float64("qps", res.QPS).Int64("lost", res.Lost).
+				Interface("rcodes", res.Rcodes).Msg("dnsperf")
+		}
+	}
+}
+
+func usable(list []*system) []*system {
+	var out []*system
+	for _, s := range list {
+		if s.why == "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// failure records err (if any) against s and says whether there was one.
+func (h *harness) failure(s *system, what string, err error) bool {
+	if err == nil {
+		return false
+	}
+	if s.srv != nil && s.srv.exited() {
+		err = s.srv.failure(err)
+		s.why = "exited"
+	}
+	h.failed[s.name] = append(h.failed[s.name], what+": "+err.Error())
+	h.cfg.Log.Warn().Str("system", s.name).Err(err).Msg(what + " failed")
+	return true
+}
+
+func (h *harness) runDNSPerf(ctx context.Context, s *system) (dnsResult, error) {
+	d := h.cfg.Duration
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	host, p, err := net.SplitHostPort(s.dns)
+	if err != nil {
+		return dnsResult{}, fmt.Errorf("dns address %q: %w", s.dns, err)
+	}
+	args := []string{"-s", host, "-p", p, "-d", h.files.queries, "-l", strconv.FormatFloat(d.Seconds(), 'f', -1, 64),
+		"-c", strconv.Itoa(h.cfg.DNSClients), "-T", strconv.Itoa(h.cfg.DNSThreads), "-q", strconv.Itoa(h.cfg.DNSOutstanding)}
+	if h.cfg.DNSQPS > 0 {
+		args = append(args, "-Q", strconv.Itoa(h.cfg.DNSQPS))
+	}
+	out, err := runCmd(ctx, h.dir, h.tools.Path["dnsperf"], args...)
+	if err != nil {
+		return dnsResult{}, err
+	}
+	return parseDNSPerf(out)
+}

@@ -1,0 +1,59 @@
+// Package testenv owns the test-only rules every stockade test follows:
+// a test that needs a tool, root or namespaces skips with a reason outside
+// CI and fails in CI (CI=true), so a green CI never hides a skipped test;
+// and waiting is done by polling for a state with a deadline, never by
+// trusting a sleep (this VM's clock can jump).
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// InCI reports whether the tests run under CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable skips t outside CI and fails it in CI, naming why.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("required in CI: "+format, args...)
+	}
+	t.Skipf("skipped outside CI: "+format, args...)
+}
+
+// NeedTool returns the path of a command-line tool or calls Unavailable.
+func NeedTool(t testing.TB, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Unavailable(t, "%s not found (apt-get install %s)", name, pkg)
+	}
+	return p
+}
+
+// NeedRoot calls Unavailable unless the test runs as root.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "needs root")
+	}
+}
+
+// Eventually polls cond every 10 ms until it returns true or timeout
+// passes, then fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: "+format, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

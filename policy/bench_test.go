@@ -1,0 +1,107 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// syntheticPolicy has n endpoints in n/10 network policies; every fifth
+// endpoint is a wildcard host, and each policy allows two exact binaries
+// and one glob.
+func syntheticPolicy(n int) []byte {
+	var b strings.Builder
+	b.WriteString("version: 1\nnetwork_policies:\n")
+	for p := 0; p < (n+9)/10; p++ {
+		fmt.Fprintf(&b, "  p%d:\n    name: policy-%d\n    endpoints:\n", p, p)
+		for i := p * 10; i < min(n, (p+1)*10); i++ {
+			fmt.Fprintf(&b, "      - { host: %q, ports: [443, %d] }\n", syntheticHost(i), 8000+i%100)
+		}
+		fmt.Fprintf(&b, "    binaries:\n      - { path: /usr/bin/tool%d }\n      - { path: /usr/local/bin/agent%d }\n      - { path: \"/opt/p%d/**/bin/*\" }\n", p, p, p)
+	}
+	return []byte(b.String())
+}
+
+func syntheticHost(i int) string {
+	if i%5 == 4 {
+		return fmt.Sprintf("*.svc%d.example.net", i)
+	}
+	return fmt.Sprintf("api%d.example.com", i)
+}
+
+// syntheticInputs is a mix of allowed (exact, wildcard, glob ancestor),
+// binary_not_allowed and endpoint_not_allowed requests.
+func syntheticInputs(n int) []NetworkInput {
+	var ins []NetworkInput
+	for i := 0; i < n; i++ {
+		p := i / 10
+		host := syntheticHost(i)
+		if strings.HasPrefix(host, "*.") {
+			host = "node7" + host[1:]
+		}
+		switch i % 4 {
+		case 0:
+			ins = append(ins, NetworkInput{Host: host, Port: 443, Exe: fmt.Sprintf("/usr/bin/tool%d", p), Ancestors: []string{"/usr/bin/bash", "/sbin/init"}})
+		case 1:
+			ins = append(ins, NetworkInput{Host: strings.ToUpper(host), Port: 443, Exe: "/usr/bin/python3", Ancestors: []string{fmt.Sprintf("/opt/p%d/x/y/bin/run", p), "/usr/bin/bash"}})
+		case 2:
+			ins = append(ins, NetworkInput{Host: host, Port: 443, Exe: "/usr/bin/wget", Ancestors: []string{"/usr/bin/bash"}})
+		case 3:
+			ins = append(ins, NetworkInput{Host: "nowhere" + host[1:], Port: 443, Exe: "/usr/bin/curl"})
+		}
+	}
+	return ins
+}
+
+func benchEngine(b *testing.B, endpoints int, opts ...Option) (*Engine, []NetworkInput) {
+	b.Helper()
+	e := NewEngine(opts...)
+	if _, err := e.Load("synthetic.yaml", syntheticPolicy(endpoints)); err != nil {
+		b.Fatal(err)
+	}
+	return e, syntheticInputs(endpoints)
+}
+
+// benchDecide runs decisions over the inputs, timing each one, and reports
+// the p50 and p99 latency next to ns/op.
+func benchDecide(b *testing.B, e *Engine, ins []NetworkInput) {
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		d := e.DecideNetwork(ctx, ins[i%len(ins)])
+		lat = append(lat, time.Since(t0))
+		if d.Version == 0 {
+			b.Fatal(d.Message)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+}
+
+func BenchmarkDecide10Endpoints(b *testing.B) {
+	e, ins := benchEngine(b, 10, WithCacheSize(0))
+	benchDecide(b, e, ins)
+}
+
+func BenchmarkDecide1000Endpoints(b *testing.B) {
+	e, ins := benchEngine(b, 1000, WithCacheSize(0))
+	benchDecide(b, e, ins)
+}
+
+func BenchmarkDecide10EndpointsCached(b *testing.B) {
+	e, ins := benchEngine(b, 10)
+	benchDecide(b, e, ins)
+}
+
+func BenchmarkDecide1000EndpointsCached(b *testing.B) {
+	e, ins := benchEngine(b, 1000)
+	benchDecide(b, e, ins)
+}
