@@ -379,31 +379,31 @@ func (h *harness) measure(ctx context.Context) {
 			for _, s := range usable(proxies) {
 				cpu0 := s.cpu()
 				res, err := h.runTunnels(ctx, s, c, d)
-				if h.failure(s, "tunnels", err) {
+				if h.failure(ctx, s, "tunnels", err) {
 					continue
 				}
 				h.tunnels[tunnelKey(s, c)] = append(h.tunnels[tunnelKey(s, c)], tunnelRun{res: res, cpu: s.cpu() - cpu0})
-				log.Info().Str("system", s.name).Int("c", c).Float64("tunnels/s", res.PerSecond).
-					Dur("p50", time.Duration(res.P50Ns)).Int64("errors", res.Errors).Msg("tunnels")
+				log.Info().Str("system", s.name).Int("c", c).Str("tunnels/s", fmtRate(res.PerSecond)).
+					Str("p50", fmtDur(float64(res.P50Ns))).Int64("errors", res.Errors).Msg("tunnels")
 			}
 		}
 		for _, s := range usable(proxies) {
 			var res loadgen.BulkResult
 			err := h.runLoadgen(ctx, d, &res, h.loadgenArgs("bulk", s, h.sinkPort, d)...)
-			if h.failure(s, "bulk", err) {
+			if h.failure(ctx, s, "bulk", err) {
 				continue
 			}
 			h.bulk[s.name] = append(h.bulk[s.name], res)
-			log.Info().Str("system", s.name).Float64("MB/s", res.MBps).Str("error", res.Error).Msg("bulk")
+			log.Info().Str("system", s.name).Str("MB/s", fmtRate(res.MBps)).Str("error", res.Error).Msg("bulk")
 		}
 		for _, s := range usable([]*system{h.stockade, h.dnsmasq}) {
 			cpu0 := s.cpu()
 			res, err := h.runDNSPerf(ctx, s)
-			if h.failure(s, "dnsperf", err) {
+			if h.failure(ctx, s, "dnsperf", err) {
 				continue
 			}
 			h.dnsRuns[s.name] = append(h.dnsRuns[s.name], dnsRun{res: res, cpu: s.cpu() - cpu0})
-			log.Info().Str("system", s.name).Float64("qps", res.QPS).Int64("lost", res.Lost).
+			log.Info().Str("system", s.name).Str("qps", fmtRate(res.QPS)).Int64("lost", res.Lost).
 				Interface("rcodes", res.Rcodes).Msg("dnsperf")
 		}
 	}
@@ -420,9 +420,13 @@ func usable(list []*system) []*system {
 }
 
 // failure records err (if any) against s and says whether there was one.
-func (h *harness) failure(s *system, what string, err error) bool {
+// Failures caused by the run's cancellation are not recorded.
+func (h *harness) failure(ctx context.Context, s *system, what string, err error) bool {
 	if err == nil {
 		return false
+	}
+	if ctx.Err() != nil {
+		return true
 	}
 	if s.srv != nil && s.srv.exited() {
 		err = s.srv.failure(err)

@@ -62,6 +62,7 @@ type limitedReader struct {
 	r       io.Reader
 	n       int64
 	limited bool
+	err     error // the last error of the underlying reader
 }
 
 func (l *limitedReader) Read(p []byte) (int, error) {
@@ -76,6 +77,9 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.n -= int64(n)
+	if err != nil {
+		l.err = err
+	}
 	return n, err
 }
 
@@ -86,16 +90,16 @@ func ReadRequest(conn net.Conn) (*Request, error) {
 	br := bufio.NewReaderSize(lr, 4096)
 	hr, err := http.ReadRequest(br)
 	if err != nil {
+		var ne net.Error
+		if errors.As(lr.err, &ne) && ne.Timeout() {
+			return nil, fmt.Errorf("read request: header not complete in time: %w", lr.err)
+		}
 		var bre *BadRequestError
 		if errors.As(err, &bre) {
 			return nil, bre
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("read request: client closed before a full header: %w", err)
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, fmt.Errorf("read request: %w", err)
 		}
 		return nil, badRequest("%v", err)
 	}
