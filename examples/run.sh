@@ -15,7 +15,7 @@ go build -o "$RUN/upstream" ./examples/upstream
 "$RUN/upstream" -listen "$UPSTREAM" & pids+=($!)
 "$BIN" boundary serve --policy examples/policy.yaml --hosts examples/hosts \
   --proxy "$PROXY" --dns "127.0.0.1:$DNS_PORT" --audit "$RUN/audit.jsonl" \
-  --allow-loopback-upstream --log-format console 2>"$RUN/boundary.log" & pids+=($!)
+  --allow-loopback-upstream --log-format json 2>"$RUN/boundary.log" & pids+=($!)
 
 for _ in $(seq 1 100); do
   grep -q "boundary ready" "$RUN/boundary.log" 2>/dev/null && break
@@ -31,7 +31,7 @@ show "curl -sS -x http://$PROXY http://other.example.test:18080/hello"
 show "dig +short @127.0.0.1 -p $DNS_PORT api.example.test"
 show "dig @127.0.0.1 -p $DNS_PORT unlisted.example.org | grep -E 'status|ANSWER:'"
 printf '\nAudit (one line each, from the log):\n'
-grep -o 'NET:OPEN.*\|DNS:QUERY.*' "$RUN/boundary.log" | sed 's/^/  /'
+grep '"component":"audit"' "$RUN/boundary.log" | sed -E 's/.*"msg":"([^"]*)".*/  \1/'
 printf '\nAudit (JSON lines, last one):\n  '; tail -n 1 "$RUN/audit.jsonl"
 cat <<TXT
 

@@ -13,108 +13,106 @@ import (
 	"github.com/open-policy-agent/opa/v1/types"
 )
 
-// regoModule is the decision logic; it is the same for every policy. A
-// policy is compiled into the data document (data.stockade) it reads:
+// regoModule is the decision logic, the same for every policy; a policy is
+// compiled into the data document it reads (data.stockade, built by
+// compile below):
 //
-//	hosts:     {exact host: [entry]}          exact hosts are object keys
-//	wildcards: {suffix: [entry]}              "*.example.com" under "example.com"
-//	binaries:  {"policy index": {exact: {path: true}, globs: [pattern]}}
-//	entry:     {id: endpoint index, policy: "policy index", name, ports: {port}}
+//	exact: {host: {port: entries}}   endpoints naming the host exactly, plus
+//	                                 the wildcard endpoints matching it
+//	wild:  {suffix: {port: entries}} "*.example.com" under "example.com"
+//	names: {endpoint id: policy name}
+//	exact_host: {host: policy name}, wild_host: {suffix: policy name}  (DNS)
+//	entries: {first: policy name of the first endpoint (file order),
+//	          all: [endpoint id], bins: {exact binary path: [endpoint id]},
+//	          globs: [[binary glob, endpoint id]]}
 //
-// (Data keys are strings and exact paths an object, not a set: storage
-// paths address neither number keys nor set members.)
+// Every lookup is an object key (no scan over hosts or globs), which keeps
+// an uncached decision flat in the number of endpoints. Keys are strings
+// (JSON data); OPA addresses data["443"] with the number 443.
 //
-// Entries are in file order, so the first allowing entry (exact hosts
-// before wildcards) names the decision's policy deterministically.
-// stockade.path_glob is glob.match(pattern, ["/"], path) over patterns
-// compiled once at load (OPA's own glob cache holds only 100 patterns for
-// the whole process).
+// Input: network {host, port, suffix}, exec {path, ancestors}, identity
+// {mode}, or dns {name, qtype, suffix}. The engine lower-cases host and
+// name, drops a trailing dot, and sets suffix to the name without its first
+// label ("" when there is none), so Rego does no string work.
+//
+// stockade.glob_ids(globs, paths) returns the endpoint ids of the [glob, id]
+// pairs whose glob matches one of paths; it is glob.match(glob, ["/"], path)
+// over patterns compiled once per version (OPA's own glob cache holds only
+// 100 patterns for the whole process).
 const regoModule = `package stockade.sandbox
 
 import rego.v1
 
-# The engine normalises hosts and names (lower case, no trailing dot).
-net_host := input.network.host
-
-net_port := input.network.port
-
-identity_none if input.identity.mode == "none"
-
-mode_note := " (identity mode none: binaries ignored, endpoint-only match)" if identity_none
-else := ""
-
-# suffix("a.example.com") == "example.com"; undefined without a first label.
-suffix(name) := substring(name, i + 1, -1) if {
-	i := indexof(name, ".")
-	i > 0
-}
-
-candidates := array.concat(
-	[e | some e in data.stockade.hosts[net_host]; e.ports[net_port]],
-	[e | some e in data.stockade.wildcards[suffix(net_host)]; e.ports[net_port]],
-)
+entries := data.stockade.exact[input.network.host][input.network.port] if {
+	data.stockade.exact[input.network.host]
+} else := data.stockade.wild[input.network.suffix][input.network.port]
 
 exec_paths := array.concat([input.exec.path], input.exec.ancestors)
 
-binary_allowed(_) if identity_none
+# Endpoints allowing the exe or an ancestor: exact paths, then globs.
+allowed_ids := array.concat(
+	[id | some p in exec_paths; some id in entries.bins[p]],
+	stockade.glob_ids(entries.globs, exec_paths),
+)
 
-binary_allowed(pol) if {
-	some p in exec_paths
-	data.stockade.binaries[pol].exact[p]
-}
-
-binary_allowed(pol) if {
-	some g in data.stockade.binaries[pol].globs
-	some p in exec_paths
-	stockade.path_glob(g, p)
-}
-
-allowed := [e | some e in candidates; binary_allowed(e.policy)]
+identity_note := " (identity mode none: binaries ignored, endpoint-only match)" if {
+	input.identity.mode == "none"
+} else := ""
 
 decision := {
 	"allow": true,
 	"reason": "",
-	"policy": allowed[0].name,
-	"message": sprintf("allowed by policy %q: %s:%d from %s%s", [allowed[0].name, net_host, net_port, input.exec.path, mode_note]),
-	"endpoints": [e.id | some e in allowed],
+	"policy": entries.first,
+	"message": concat("", ["allowed by policy \"", entries.first, "\"", identity_note]),
+	"endpoints": entries.all,
 } if {
-	count(allowed) > 0
+	input.identity.mode == "none"
+	entries
+} else := {
+	"allow": true,
+	"reason": "",
+	"policy": data.stockade.names[allowed_ids[0]],
+	"message": concat("", ["allowed by policy \"", data.stockade.names[allowed_ids[0]], "\" for ", input.exec.path]),
+	"endpoints": allowed_ids,
+} if {
+	count(allowed_ids) > 0
 } else := {
 	"allow": false,
 	"reason": "binary_not_allowed",
-	"policy": candidates[0].name,
-	"message": sprintf("policy %q lists %s:%d but not binary %s nor its ancestors %v", [candidates[0].name, net_host, net_port, input.exec.path, input.exec.ancestors]),
+	"policy": entries.first,
+	"message": sprintf("policy %q lists %s:%d but neither binary %s nor its ancestors %v", [entries.first, input.network.host, input.network.port, input.exec.path, input.exec.ancestors]),
 	"endpoints": [],
 } if {
-	count(candidates) > 0
+	entries
 } else := {
 	"allow": false,
 	"reason": "endpoint_not_allowed",
 	"policy": "-",
-	"message": sprintf("no policy lists %s:%d%s", [net_host, net_port, mode_note]),
+	"message": sprintf("no policy lists %s:%d%s", [input.network.host, input.network.port, identity_note]),
 	"endpoints": [],
 }
-
-dns_name := input.dns.name
-
-dns_policies := array.concat(
-	[e.name | some e in data.stockade.hosts[dns_name]],
-	[e.name | some e in data.stockade.wildcards[suffix(dns_name)]],
-)
 
 dns_decision := {
 	"allow": true,
 	"reason": "",
-	"policy": dns_policies[0],
-	"message": sprintf("%s is an endpoint host of policy %q", [dns_name, dns_policies[0]]),
+	"policy": name,
+	"message": concat("", [input.dns.name, " is an endpoint host of policy \"", name, "\""]),
 	"endpoints": [],
 } if {
-	count(dns_policies) > 0
+	name := data.stockade.exact_host[input.dns.name]
+} else := {
+	"allow": true,
+	"reason": "",
+	"policy": name,
+	"message": concat("", [input.dns.name, " matches a wildcard host of policy \"", name, "\""]),
+	"endpoints": [],
+} if {
+	name := data.stockade.wild_host[input.dns.suffix]
 } else := {
 	"allow": false,
 	"reason": "policy_dns_ineligible",
 	"policy": "-",
-	"message": sprintf("%s is no endpoint host in any policy", [dns_name]),
+	"message": concat("", [input.dns.name, " is no endpoint host in any policy"]),
 	"endpoints": [],
 }
 `
@@ -126,93 +124,82 @@ type endpointInfo struct {
 }
 
 // compiled is a policy ready for evaluation: prepared queries over its
-// data document, and the endpoint table the Rego entries index into.
+// data document, and the endpoint table the Rego ids index into.
 type compiled struct {
 	network   rego.PreparedEvalQuery
 	dns       rego.PreparedEvalQuery
 	endpoints []endpointInfo
 }
 
+// endpointRef is an endpoint with its global id (file order).
+type endpointRef struct {
+	id  int
+	np  *NetworkPolicy
+	ep  *Endpoint
+	key string // host, or wildcard suffix
+}
+
 // compile builds the data document of a policy and prepares the network
 // and DNS queries once.
 func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, error) {
 	c := &compiled{}
-	hosts, wildcards, binaries := ast.NewObject(), ast.NewObject(), ast.NewObject()
+	names := ast.NewObject()
+	exactHost, wildHost := ast.NewObject(), ast.NewObject()
+	byHost, bySuffix := map[string][]endpointRef{}, map[string][]endpointRef{}
+	var hostOrder, suffixOrder []string
 	globs := map[string]*glob.Pattern{}
-	for pi, np := range pol.NetworkPolicies {
-		exact, patterns := ast.NewObject(), []*ast.Term{}
+	for _, np := range pol.NetworkPolicies {
 		for _, b := range np.Binaries {
-			if !b.Glob {
-				exact.Insert(ast.StringTerm(b.Path), ast.InternedTerm(true))
-				continue
+			if b.Glob && globs[b.Path] == nil {
+				g, err := glob.Compile(b.Path, '/')
+				if err != nil {
+					return nil, fmt.Errorf("compile binary glob %q: %w", b.Path, err)
+				}
+				globs[b.Path] = g
 			}
-			g, err := glob.Compile(b.Path, '/')
-			if err != nil {
-				return nil, fmt.Errorf("compile binary glob %q: %w", b.Path, err)
-			}
-			globs[b.Path] = g
-			patterns = append(patterns, ast.StringTerm(b.Path))
 		}
-		binaries.Insert(ast.StringTerm(strconv.Itoa(pi)), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("exact"), ast.NewTerm(exact)),
-			ast.Item(ast.StringTerm("globs"), ast.ArrayTerm(patterns...)),
-		))
 		for _, ep := range np.Endpoints {
-			ports := ast.NewSet()
-			for _, port := range ep.Ports {
-				ports.Add(ast.IntNumberTerm(int(port)))
-			}
-			entry := ast.ObjectTerm(
-				ast.Item(ast.StringTerm("id"), ast.IntNumberTerm(len(c.endpoints))),
-				ast.Item(ast.StringTerm("policy"), ast.StringTerm(strconv.Itoa(pi))),
-				ast.Item(ast.StringTerm("name"), ast.StringTerm(np.Name)),
-				ast.Item(ast.StringTerm("ports"), ast.NewTerm(ports)),
-			)
+			ref := endpointRef{id: len(c.endpoints), np: np, ep: ep, key: ep.Host}
 			c.endpoints = append(c.endpoints, endpointInfo{exact: !ep.Wildcard, allowedIPs: ep.AllowedIPs})
-			table, key := hosts, ep.Host
+			names.Insert(ast.StringTerm(strconv.Itoa(ref.id)), ast.StringTerm(np.Name))
+			table, index, order := exactHost, byHost, &hostOrder
 			if ep.Wildcard {
-				table, key = wildcards, ep.Host[2:]
+				ref.key = ep.Host[2:]
+				table, index, order = wildHost, bySuffix, &suffixOrder
 			}
-			appendEntry(table, key, entry)
+			if index[ref.key] == nil {
+				*order = append(*order, ref.key)
+				table.Insert(ast.StringTerm(ref.key), ast.StringTerm(np.Name))
+			}
+			index[ref.key] = append(index[ref.key], ref)
 		}
 	}
-	exe, globT := ast.NewObject(), ast.NewObject()
-	for pi, np := range pol.NetworkPolicies {
-		var pats []*ast.Term
-		for _, b := range np.Binaries {
-			if b.Glob {
-				pats = append(pats, ast.StringTerm(b.Path))
-				continue
-			}
-			k := ast.StringTerm(b.Path)
-			cur := exe.Get(k)
-			if cur == nil {
-				cur = ast.ObjectTerm()
-				exe.Insert(k, cur)
-			}
-			cur.Value.(ast.Object).Insert(ast.StringTerm(strconv.Itoa(pi)), ast.InternedTerm(true))
+	exact, wild := ast.NewObject(), ast.NewObject()
+	for _, h := range hostOrder {
+		// A listed host also gets the wildcard endpoints matching it, so one
+		// lookup finds every candidate.
+		refs := byHost[h]
+		if s := suffixOf(h); s != "" {
+			refs = append(refs, bySuffix[s]...)
 		}
-		globT.Insert(ast.StringTerm(strconv.Itoa(pi)), ast.ArrayTerm(pats...))
+		exact.Insert(ast.StringTerm(h), ast.NewTerm(portTable(refs)))
+	}
+	for _, s := range suffixOrder {
+		wild.Insert(ast.StringTerm(s), ast.NewTerm(portTable(bySuffix[s])))
 	}
 	data := ast.NewObject(ast.Item(ast.StringTerm("stockade"), ast.ObjectTerm(
-		ast.Item(ast.StringTerm("exe"), ast.NewTerm(exe)),
-		ast.Item(ast.StringTerm("globs"), ast.NewTerm(globT)),
-		ast.Item(ast.StringTerm("hosts"), ast.NewTerm(hosts)),
-		ast.Item(ast.StringTerm("wildcards"), ast.NewTerm(wildcards)),
-		ast.Item(ast.StringTerm("binaries"), ast.NewTerm(binaries)),
+		ast.Item(ast.StringTerm("exact"), ast.NewTerm(exact)),
+		ast.Item(ast.StringTerm("wild"), ast.NewTerm(wild)),
+		ast.Item(ast.StringTerm("names"), ast.NewTerm(names)),
+		ast.Item(ast.StringTerm("exact_host"), ast.NewTerm(exactHost)),
+		ast.Item(ast.StringTerm("wild_host"), ast.NewTerm(wildHost)),
 	)))
 	store := inmem.NewFromASTObject(data)
-	pathGlob := rego.Function2(&rego.Function{
-		Name: "stockade.path_glob",
-		Decl: types.NewFunction(types.Args(types.S, types.S), types.B),
-	}, func(_ rego.BuiltinContext, pattern, path *ast.Term) (*ast.Term, error) {
-		ps, ok1 := pattern.Value.(ast.String)
-		s, ok2 := path.Value.(ast.String)
-		g := globs[string(ps)]
-		if !ok1 || !ok2 || g == nil {
-			return nil, fmt.Errorf("stockade.path_glob(%v, %v): not a compiled pattern and a path", pattern, path)
-		}
-		return ast.InternedTerm(g.Match(string(s))), nil
+	globIDs := rego.Function2(&rego.Function{
+		Name: "stockade.glob_ids",
+		Decl: types.NewFunction(types.Args(types.NewArray(nil, types.A), types.NewArray(nil, types.S)), types.NewArray(nil, types.N)),
+	}, func(_ rego.BuiltinContext, pairs, paths *ast.Term) (*ast.Term, error) {
+		return globIDsBuiltin(globs, pairs, paths)
 	})
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return rego.New(
@@ -220,7 +207,7 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 			rego.ParsedModule(module),
 			rego.Store(store),
 			rego.StrictBuiltinErrors(true),
-			pathGlob,
+			globIDs,
 		).PrepareForEval(ctx)
 	}
 	var err error
@@ -233,13 +220,91 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 	return c, nil
 }
 
-func appendEntry(table ast.Object, key string, entry *ast.Term) {
-	k := ast.StringTerm(key)
-	if cur := table.Get(k); cur != nil {
-		table.Insert(k, ast.NewTerm(cur.Value.(*ast.Array).Append(entry)))
-		return
+// portTable groups endpoints by port: {port: entries} (see regoModule).
+func portTable(refs []endpointRef) ast.Object {
+	out := ast.NewObject()
+	var ports []uint16
+	byPort := map[uint16][]endpointRef{}
+	for _, r := range refs {
+		for _, p := range r.ep.Ports {
+			if byPort[p] == nil {
+				ports = append(ports, p)
+			}
+			byPort[p] = append(byPort[p], r)
+		}
 	}
-	table.Insert(k, ast.ArrayTerm(entry))
+	for _, p := range ports {
+		rs := byPort[p]
+		all, globs := []*ast.Term{}, []*ast.Term{}
+		bins, binOrder := map[string][]*ast.Term{}, []string{}
+		for _, r := range rs {
+			id := ast.IntNumberTerm(r.id)
+			all = append(all, id)
+			for _, b := range r.np.Binaries {
+				if b.Glob {
+					globs = append(globs, ast.ArrayTerm(ast.StringTerm(b.Path), id))
+					continue
+				}
+				if bins[b.Path] == nil {
+					binOrder = append(binOrder, b.Path)
+				}
+				bins[b.Path] = append(bins[b.Path], id)
+			}
+		}
+		binObj := ast.NewObject()
+		for _, b := range binOrder {
+			binObj.Insert(ast.StringTerm(b), ast.ArrayTerm(bins[b]...))
+		}
+		out.Insert(ast.StringTerm(strconv.Itoa(int(p))), ast.ObjectTerm(
+			ast.Item(ast.StringTerm("first"), ast.StringTerm(rs[0].np.Name)),
+			ast.Item(ast.StringTerm("all"), ast.ArrayTerm(all...)),
+			ast.Item(ast.StringTerm("bins"), ast.NewTerm(binObj)),
+			ast.Item(ast.StringTerm("globs"), ast.ArrayTerm(globs...)),
+		))
+	}
+	return out
+}
+
+// globIDsBuiltin implements stockade.glob_ids over precompiled globs.
+func globIDsBuiltin(globs map[string]*glob.Pattern, pairs, paths *ast.Term) (*ast.Term, error) {
+	pa, ok1 := pairs.Value.(*ast.Array)
+	ps, ok2 := paths.Value.(*ast.Array)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("stockade.glob_ids: want arrays, got %v and %v", pairs, paths)
+	}
+	var ids []*ast.Term
+	for i := 0; i < pa.Len(); i++ {
+		pair, _ := pa.Elem(i).Value.(*ast.Array)
+		if pair == nil || pair.Len() != 2 {
+			return nil, fmt.Errorf("stockade.glob_ids: %v is not a [glob, id] pair", pa.Elem(i))
+		}
+		pattern, _ := pair.Elem(0).Value.(ast.String)
+		g := globs[string(pattern)]
+		if g == nil {
+			return nil, fmt.Errorf("stockade.glob_ids: %v is not a compiled glob", pair.Elem(0))
+		}
+		for j := 0; j < ps.Len(); j++ {
+			if s, ok := ps.Elem(j).Value.(ast.String); ok && g.Match(string(s)) {
+				ids = append(ids, pair.Elem(1))
+				break
+			}
+		}
+	}
+	return ast.ArrayTerm(ids...), nil
+}
+
+// suffixOf returns a name without its first label, "" when the first label
+// is empty or there is no second one.
+func suffixOf(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' {
+			if i == 0 {
+				return ""
+			}
+			return name[i+1:]
+		}
+	}
+	return ""
 }
 
 // parseModule parses the decision module; the engine does it once.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
@@ -78,6 +81,7 @@ type Engine struct {
 	cacheSize int
 	module    *ast.Module
 	moduleErr error
+	keys      *inputKeys
 
 	loadMu  sync.Mutex // serialises Load so versions follow load order
 	version uint64     // last version handed out; guarded by loadMu
@@ -89,13 +93,14 @@ type snapshot struct {
 	version uint64
 	policy  *Policy
 	*compiled
-	cache *decisionCache
+	cache    *decisionCache
+	noCancel topdown.Cancel
 }
 
 // NewEngine returns an Engine with no policy: every decision denies
 // policy_unavailable until a Load succeeds.
 func NewEngine(opts ...Option) *Engine {
-	e := &Engine{log: zerolog.Nop(), faults: fault.Nop{}, cacheSize: DefaultCacheSize}
+	e := &Engine{log: zerolog.Nop(), faults: fault.Nop{}, cacheSize: DefaultCacheSize, keys: newInputKeys()}
 	for _, o := range opts {
 		o(e)
 	}
@@ -124,7 +129,7 @@ func (e *Engine) Load(file string, data []byte) (uint64, error) {
 		return 0, err
 	}
 	e.version++
-	e.cur.Store(&snapshot{version: e.version, policy: pol, compiled: c, cache: newDecisionCache(e.cacheSize)})
+	e.cur.Store(&snapshot{version: e.version, policy: pol, compiled: c, cache: newDecisionCache(e.cacheSize), noCancel: topdown.NewCancel()})
 	e.log.Info().Str("file", file).Uint64("version", e.version).
 		Int("network_policies", len(pol.NetworkPolicies)).Int("endpoints", pol.EndpointCount()).
 		Int("not_enforced", len(pol.notices)).Msg("policy loaded")
@@ -169,7 +174,7 @@ func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
 	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
 		return s.fault(fmt.Errorf("policy decision for %s:%d: %w", in.Host, in.Port, err))
 	}
-	d, err := s.evalNetwork(ctx, in)
+	d, err := s.eval(ctx, s.network, e.keys.networkInput(in))
 	if err != nil {
 		e.log.Error().Err(err).Uint64("version", s.version).Str("host", in.Host).Uint16("port", in.Port).Msg("policy evaluation failed")
 		return s.fault(err)
@@ -194,11 +199,7 @@ func (e *Engine) DecideDNS(ctx context.Context, in DNSInput) Decision {
 	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
 		return s.fault(fmt.Errorf("DNS policy decision for %s: %w", in.Name, err))
 	}
-	input := ast.NewObject(ast.Item(ast.StringTerm("dns"), ast.ObjectTerm(
-		ast.Item(ast.StringTerm("name"), ast.StringTerm(in.Name)),
-		ast.Item(ast.StringTerm("qtype"), ast.IntNumberTerm(int(in.QType))),
-	)))
-	d, err := s.eval(ctx, s.dns, input)
+	d, err := s.eval(ctx, s.dns, e.keys.dnsInput(in))
 	if err != nil {
 		e.log.Error().Err(err).Uint64("version", s.version).Str("name", in.Name).Msg("DNS policy evaluation failed")
 		return s.fault(err)
@@ -212,32 +213,63 @@ func (s *snapshot) fault(err error) Decision {
 		Message: "policy decision failed, denying: " + err.Error()}
 }
 
-func (s *snapshot) evalNetwork(ctx context.Context, in NetworkInput) (Decision, error) {
+// inputKeys are the input's object keys, built once per engine and shared
+// read-only by every evaluation (OPA never mutates input terms).
+type inputKeys struct {
+	network, host, port, suffix, exec, path, ancestors, identity, mode, none, dns, name, qtype *ast.Term
+}
+
+func newInputKeys() *inputKeys {
+	s := ast.StringTerm
+	return &inputKeys{
+		network: s("network"), host: s("host"), port: s("port"), suffix: s("suffix"),
+		exec: s("exec"), path: s("path"), ancestors: s("ancestors"),
+		identity: s("identity"), mode: s("mode"), none: s("none"),
+		dns: s("dns"), name: s("name"), qtype: s("qtype"),
+	}
+}
+
+func (k *inputKeys) networkInput(in NetworkInput) ast.Object {
 	anc := make([]*ast.Term, len(in.Ancestors))
 	for i, a := range in.Ancestors {
 		anc[i] = ast.StringTerm(a)
 	}
 	items := [][2]*ast.Term{
-		ast.Item(ast.StringTerm("network"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("host"), ast.StringTerm(in.Host)),
-			ast.Item(ast.StringTerm("port"), ast.IntNumberTerm(int(in.Port))),
-		)),
-		ast.Item(ast.StringTerm("exec"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("path"), ast.StringTerm(in.Exe)),
-			ast.Item(ast.StringTerm("ancestors"), ast.ArrayTerm(anc...)),
-		)),
+		{k.network, ast.ObjectTerm(
+			[2]*ast.Term{k.host, ast.StringTerm(in.Host)},
+			[2]*ast.Term{k.port, ast.IntNumberTerm(int(in.Port))},
+			[2]*ast.Term{k.suffix, ast.StringTerm(suffixOf(in.Host))},
+		)},
+		{k.exec, ast.ObjectTerm(
+			[2]*ast.Term{k.path, ast.StringTerm(in.Exe)},
+			[2]*ast.Term{k.ancestors, ast.ArrayTerm(anc...)},
+		)},
 	}
 	if in.IdentityNone {
-		items = append(items, ast.Item(ast.StringTerm("identity"), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("mode"), ast.StringTerm("none")))))
+		items = append(items, [2]*ast.Term{k.identity, ast.ObjectTerm([2]*ast.Term{k.mode, k.none})})
 	}
-	return s.eval(ctx, s.network, ast.NewObject(items...))
+	return ast.NewObject(items...)
+}
+
+func (k *inputKeys) dnsInput(in DNSInput) ast.Object {
+	return ast.NewObject([2]*ast.Term{k.dns, ast.ObjectTerm(
+		[2]*ast.Term{k.name, ast.StringTerm(in.Name)},
+		[2]*ast.Term{k.qtype, ast.IntNumberTerm(int(in.QType))},
+		[2]*ast.Term{k.suffix, ast.StringTerm(suffixOf(in.Name))},
+	)})
 }
 
 // eval runs a prepared query and reads its decision object straight from
 // the AST (no JSON round trip).
 func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (Decision, error) {
-	rs, err := q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepAST))
+	// Decisions take microseconds: the context is checked once here instead
+	// of OPA's per-evaluation cancellation goroutine (s.noCancel is never
+	// cancelled), and metrics are off.
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("policy version %d: %w", s.version, err)
+	}
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepAST),
+		rego.EvalMetrics(metrics.NoOp()), rego.EvalExternalCancel(s.noCancel))
 	if err != nil {
 		return Decision{}, fmt.Errorf("policy version %d: %w", s.version, err)
 	}
@@ -262,18 +294,23 @@ func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast
 		return Decision{}, fmt.Errorf("policy version %d: malformed decision %v", s.version, obj)
 	}
 	d.Allow, d.Reason, d.Policy, d.Message = bool(allow), reason.Code(code), string(name), string(msg)
+	seen := make([]int, 0, ids.Len())
 	for i := 0; i < ids.Len(); i++ {
 		num, _ := ids.Elem(i).Value.(ast.Number)
 		n, ok := num.Int()
 		if !ok || n < 0 || n >= len(s.endpoints) {
 			return Decision{}, fmt.Errorf("policy version %d: decision names unknown endpoint %v", s.version, ids.Elem(i))
 		}
+		if slices.Contains(seen, n) {
+			continue
+		}
+		seen = append(seen, n)
 		ep := s.endpoints[n]
 		d.ExactHost = d.ExactHost || ep.exact
-		if d.AllowedIPs == nil {
-			d.AllowedIPs = ep.allowedIPs
+		if len(seen) == 1 {
+			d.AllowedIPs = ep.allowedIPs // shared, read-only
 		} else if len(ep.allowedIPs) > 0 {
-			d.AllowedIPs = append(append([]netip.Prefix(nil), d.AllowedIPs...), ep.allowedIPs...)
+			d.AllowedIPs = append(slices.Clip(d.AllowedIPs), ep.allowedIPs...)
 		}
 	}
 	return d, nil

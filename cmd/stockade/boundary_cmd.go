@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -40,6 +44,7 @@ type serveOpts struct {
 	identityMode  string
 	allowLoopback bool
 	faults        []string
+	metricsAddr   string
 }
 
 func newBoundaryServeCmd() *cobra.Command {
@@ -67,6 +72,7 @@ the log as one line each.`,
 	f.StringVar(&o.identityMode, "identity", identity.ModeNetlink, "peer identity: netlink (sock_diag + /proc) or none (endpoint-only, binaries ignored)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-upstream", false, "allow upstreams on loopback addresses (tests and local demos)")
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
+	f.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); empty: off")
 	_ = f.MarkHidden("fault")
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
@@ -177,6 +183,15 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	if err != nil {
 		return &exitError{exitFailure, err}
 	}
+	if o.metricsAddr != "" {
+		stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
+		if err != nil {
+			_ = b.Stop()
+			sys.Shutdown()
+			return &exitError{exitFailure, err}
+		}
+		defer stop()
+	}
 	ev := log.Info().Uint64("policy_version", engine.Version()).Str("identity", resolver.Mode()).Str("dns_upstream", fmt.Sprint(up))
 	if cfg.Proxy != nil {
 		ev = ev.Str("proxy", cfg.Proxy.Addr().String())
@@ -248,4 +263,28 @@ func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, er
 		cfg.DNSPacket, cfg.DNSStream = pc, ln
 	}
 	return closers, nil
+}
+
+// serveMetrics serves /metrics with the given collectors until stop is called.
+func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("metrics server")
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("metrics serving")
+	return func() { _ = srv.Close() }, nil
 }

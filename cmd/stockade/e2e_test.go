@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
+)
+
+// binPath is the stockade binary built once for the end-to-end tests.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stockade-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "stockade")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build stockade: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// served is a running `stockade boundary serve` process.
+type served struct {
+	cmd   *exec.Cmd
+	proxy string
+	dns   string
+	mu    sync.Mutex
+	lines []string // stderr log lines (JSON)
+}
+
+func (s *served) logHas(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func serve(t *testing.T, args ...string) *served {
+	t.Helper()
+	s := &served{}
+	s.cmd = exec.Command(binPath, append([]string{"boundary", "serve", "--log-format", "json",
+		"--proxy", "127.0.0.1:0", "--dns", "127.0.0.1:0"}, args...)...)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.lines = append(s.lines, line)
+			s.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "boundary ready" {
+				ready <- m
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- s.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("boundary exited with %v on SIGTERM", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = s.cmd.Process.Kill()
+			t.Errorf("boundary did not stop within 15 s of SIGTERM")
+		}
+	})
+	select {
+	case m := <-ready:
+		s.proxy, _ = m["proxy"].(string)
+		s.dns, _ = m["dns"].(string)
+	case <-time.After(20 * time.Second):
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.Fatalf("boundary not ready within 20 s; log:\n%s", strings.Join(s.lines, "\n"))
+	}
+	return s
+}
+
+type fixture struct {
+	dir, policy, hosts, audit string
+	webPort                   int
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream says hi to %s", r.Host)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	f := &fixture{dir: t.TempDir(), webPort: ln.Addr().(*net.TCPAddr).Port}
+	f.policy = filepath.Join(f.dir, "policy.yaml")
+	f.hosts = filepath.Join(f.dir, "hosts")
+	f.audit = filepath.Join(f.dir, "audit.jsonl")
+	f.writePolicy(t, "api.test")
+	if err := os.WriteFile(f.hosts, []byte("127.0.0.1 api.test other.test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) writePolicy(t *testing.T, host string) {
+	t.Helper()
+	pol := fmt.Sprintf(`version: 1
+network_policies:
+  api:
+    name: api
+    endpoints: [{ host: %s, port: %d }]
+    binaries: [{ path: /usr/bin/curl }]
+`, host, f.webPort)
+	if err := os.WriteFile(f.policy, []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func curlVia(t *testing.T, proxy, url string) (code string, body string) {
+	t.Helper()
+	curl := testenv.NeedTool(t, "curl", "curl")
+	out, err := exec.Command(curl, "-sS", "--max-time", "10", "-x", "http://"+proxy, "-w", "\n%{http_code}", url).CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl %s: %v\n%s", url, err, out)
+	}
+	s := strings.TrimSpace(string(out))
+	i := strings.LastIndexByte(s, '\n')
+	return s[i+1:], s[:i+1]
+}
+
+func digAt(t *testing.T, server string, args ...string) string {
+	t.Helper()
+	dig := testenv.NeedTool(t, "dig", "dnsutils")
+	host, port, _ := net.SplitHostPort(server)
+	out, err := exec.Command(dig, append([]string{"@" + host, "-p", port, "+time=5", "+tries=1"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dig %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestServeAllowDenyRefuseAndReload runs the real binary: an allowed request,
+// a denied one, a REFUSED name, all audited; SIGHUP with a valid policy
+// makes version 2; SIGHUP with a broken one is refused and version 2 stays.
+func TestServeAllowDenyRefuseAndReload(t *testing.T) {
+	f := newFixture(t)
+	s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--audit", f.audit, "--allow-loopback-upstream")
+	url := func(h string) string { return fmt.Sprintf("http://%s:%d/", h, f.webPort) }
+
+	if code, body := curlVia(t, s.proxy, url("api.test")); code != "200" || !strings.Contains(body, "upstream says hi") {
+		t.Fatalf("allowed: %s %q", code, body)
+	}
+	if code, body := curlVia(t, s.proxy, url("other.test")); code != "403" || !strings.Contains(body, `"reason":"endpoint_not_allowed"`) {
+		t.Fatalf("denied: %s %q", code, body)
+	}
+	if out := digAt(t, s.dns, "unlisted.example.org"); !strings.Contains(out, "status: REFUSED") {
+		t.Fatalf("unlisted name:\n%s", out)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		b, _ := os.ReadFile(f.audit)
+		a := string(b)
+		return strings.Contains(a, `"status_detail":"endpoint_not_allowed"`) &&
+			strings.Contains(a, `"status_detail":"policy_dns_ineligible"`) &&
+			strings.Contains(a, `"path":"/usr/bin/curl"`)
+	}, "audit file has the allowed, denied and refused decisions")
+	if !s.logHas("NET:OPEN [MED] DENIED /usr/bin/curl(") || !s.logHas("[reason:endpoint_not_allowed]") {
+		t.Fatalf("log lacks the one-line audit form of the denial")
+	}
+
+	// Reload: other.test becomes the allowed host (version 2).
+	f.writePolicy(t, "other.test")
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.logHas(`"policy_version":2`) }, "policy version 2 loaded")
+	if code, _ := curlVia(t, s.proxy, url("other.test")); code != "200" {
+		t.Fatalf("after reload other.test: %s", code)
+	}
+	// A broken file is refused with line:col; version 2 stays.
+	if err := os.WriteFile(f.policy, []byte("version: 1\nnetwork_policies:\n  x:\n    name: x\n    endpoints: [{ host: a.test, port: 70000 }]\n    binaries: [{ path: /usr/bin/curl }]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.logHas("policy reload refused") }, "bad policy refused")
+	if !s.logHas("policy.yaml:5:") {
+		t.Fatalf("refusal does not name file:line:col")
+	}
+	if code, _ := curlVia(t, s.proxy, url("other.test")); code != "200" {
+		t.Fatalf("after a refused reload other.test: %s (version 2 should stay)", code)
+	}
+}
+
+// TestServeIdentityPanicDeniesCleanly: with the identity lookup panicking,
+// curl gets 403 identity_unavailable, the process keeps serving DNS.
+func TestServeIdentityPanicDeniesCleanly(t *testing.T) {
+	f := newFixture(t)
+	s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--fault", "identity.lookup=panic:3",
+		"--metrics", "127.0.0.1:0")
+	for i := 0; i < 3; i++ {
+		code, body := curlVia(t, s.proxy, fmt.Sprintf("http://api.test:%d/", f.webPort))
+		if code != "403" || !strings.Contains(body, `"reason":"identity_unavailable"`) {
+			t.Fatalf("request %d under identity panic: %s %q", i, code, body)
+		}
+	}
+	if code, _ := curlVia(t, s.proxy, fmt.Sprintf("http://api.test:%d/", f.webPort)); code != "200" {
+		t.Fatalf("request after the faults: %s", code)
+	}
+	if out := digAt(t, s.dns, "api.test"); !strings.Contains(out, "status: NOERROR") {
+		t.Fatalf("dns after the faults:\n%s", out)
+	}
+	// The three failed conn actors were stopped by their supervisor, counted
+	// in the metrics; no listener was restarted.
+	metrics := s.metrics(t)
+	if !strings.Contains(metrics, `stockade_supervisor_directives_total{directive="stop",kind="conn"} 3`) {
+		t.Fatalf("metrics lack 3 conn stops:\n%s", metrics)
+	}
+	if strings.Contains(metrics, `directive="restart"`) {
+		t.Fatalf("a restart was counted:\n%s", metrics)
+	}
+}
+
+func (s *served) metrics(t *testing.T) string {
+	t.Helper()
+	var addr string
+	s.mu.Lock()
+	for _, l := range s.lines {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics serving" {
+			addr, _ = m["addr"].(string)
+		}
+	}
+	s.mu.Unlock()
+	if addr == "" {
+		t.Fatal("no 'metrics serving' log line")
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestServeRefusesInvalidPolicyAtStart(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(p, []byte("version: 2\nnetwork_policies:\n  a:\n    hots: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "boundary", "serve", "--policy", p, "--proxy", "127.0.0.1:0", "--dns", "")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != exitUsage {
+		t.Fatalf("want exit %d, got %v\n%s", exitUsage, err, out)
+	}
+	if !strings.Contains(string(out), "bad.yaml:1:") || !strings.Contains(string(out), "bad.yaml:4:") {
+		t.Fatalf("errors lack file:line:col for both problems:\n%s", out)
+	}
+}
