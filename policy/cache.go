@@ -1,6 +1,9 @@
 package policy
 
-import "sync"
+import (
+	"strconv"
+	"sync"
+)
 
 // cacheKey is the full input of a decision.
 type cacheKey struct {
@@ -10,6 +13,14 @@ type cacheKey struct {
 	exe          string
 	ancestors    string // joined with NUL
 	identityNone bool
+}
+
+// String names the decision for messages: "host:port" or "DNS name".
+func (k cacheKey) String() string {
+	if k.dns {
+		return "DNS " + k.host
+	}
+	return k.host + ":" + strconv.Itoa(int(k.port))
 }
 
 // decisionCache is a bounded two-generation cache: lookups hit the current

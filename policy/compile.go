@@ -43,27 +43,17 @@ const regoModule = `package stockade.sandbox
 
 import rego.v1
 
+# Each extra rule costs a virtual-document evaluation (several µs), so the
+# decision is one else-chain over a single helper rule.
 entries := data.stockade.exact[input.network.host][input.network.port] if {
 	data.stockade.exact[input.network.host]
 } else := data.stockade.wild[input.network.suffix][input.network.port]
-
-exec_paths := array.concat([input.exec.path], input.exec.ancestors)
-
-# Endpoints allowing the exe or an ancestor: exact paths, then globs.
-allowed_ids := array.concat(
-	[id | some p in exec_paths; some id in entries.bins[p]],
-	stockade.glob_ids(entries.globs, exec_paths),
-)
-
-identity_note := " (identity mode none: binaries ignored, endpoint-only match)" if {
-	input.identity.mode == "none"
-} else := ""
 
 decision := {
 	"allow": true,
 	"reason": "",
 	"policy": entries.first,
-	"message": concat("", ["allowed by policy \"", entries.first, "\"", identity_note]),
+	"message": concat("", ["allowed by policy \"", entries.first, "\" (identity mode none: binaries ignored, endpoint-only match)"]),
 	"endpoints": entries.all,
 } if {
 	input.identity.mode == "none"
@@ -71,11 +61,17 @@ decision := {
 } else := {
 	"allow": true,
 	"reason": "",
-	"policy": data.stockade.names[allowed_ids[0]],
-	"message": concat("", ["allowed by policy \"", data.stockade.names[allowed_ids[0]], "\" for ", input.exec.path]),
-	"endpoints": allowed_ids,
+	"policy": name,
+	"message": concat("", ["allowed by policy \"", name, "\" for ", input.exec.path]),
+	"endpoints": ids,
 } if {
-	count(allowed_ids) > 0
+	# Endpoints allowing the exe or an ancestor: exact paths, then globs.
+	paths := array.concat([input.exec.path], input.exec.ancestors)
+	ids := array.concat(
+		[id | some p in paths; some id in entries.bins[p]],
+		stockade.glob_ids(entries.globs, paths),
+	)
+	name := data.stockade.names[ids[0]]
 } else := {
 	"allow": false,
 	"reason": "binary_not_allowed",
@@ -88,7 +84,15 @@ decision := {
 	"allow": false,
 	"reason": "endpoint_not_allowed",
 	"policy": "-",
-	"message": sprintf("no policy lists %s:%d%s", [input.network.host, input.network.port, identity_note]),
+	"message": sprintf("no policy lists %s:%d (identity mode none: binaries ignored, endpoint-only match)", [input.network.host, input.network.port]),
+	"endpoints": [],
+} if {
+	input.identity.mode == "none"
+} else := {
+	"allow": false,
+	"reason": "endpoint_not_allowed",
+	"policy": "-",
+	"message": sprintf("no policy lists %s:%d", [input.network.host, input.network.port]),
 	"endpoints": [],
 }
 
@@ -141,7 +145,7 @@ type endpointRef struct {
 
 // compile builds the data document of a policy and prepares the network
 // and DNS queries once.
-func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, error) {
+func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compiled, error) {
 	c := &compiled{}
 	names := ast.NewObject()
 	exactHost, wildHost := ast.NewObject(), ast.NewObject()
@@ -195,16 +199,14 @@ func compile(ctx context.Context, module *ast.Module, pol *Policy) (*compiled, e
 		ast.Item(ast.StringTerm("wild_host"), ast.NewTerm(wildHost)),
 	)))
 	store := inmem.NewFromASTObject(data)
-	globIDs := rego.Function2(&rego.Function{
-		Name: "stockade.glob_ids",
-		Decl: types.NewFunction(types.Args(types.NewArray(nil, types.A), types.NewArray(nil, types.S)), types.NewArray(nil, types.N)),
-	}, func(_ rego.BuiltinContext, pairs, paths *ast.Term) (*ast.Term, error) {
+	decl := globIDsDecl()
+	globIDs := rego.Function2(&rego.Function{Name: decl.Name, Decl: decl.Decl}, func(_ rego.BuiltinContext, pairs, paths *ast.Term) (*ast.Term, error) {
 		return globIDsBuiltin(globs, pairs, paths)
 	})
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return rego.New(
 			rego.Query(query),
-			rego.ParsedModule(module),
+			rego.Compiler(compiler),
 			rego.Store(store),
 			rego.StrictBuiltinErrors(true),
 			globIDs,
@@ -307,11 +309,25 @@ func suffixOf(name string) string {
 	return ""
 }
 
-// parseModule parses the decision module; the engine does it once.
-func parseModule() (*ast.Module, error) {
+// globIDsDecl declares stockade.glob_ids(pairs, paths) -> ids.
+func globIDsDecl() *ast.Builtin {
+	return &ast.Builtin{
+		Name: "stockade.glob_ids",
+		Decl: types.NewFunction(types.Args(types.NewArray(nil, types.A), types.NewArray(nil, types.S)), types.NewArray(nil, types.N)),
+	}
+}
+
+// compileModule parses and compiles the decision module; the engine does it
+// once and every version prepares its queries against it.
+func compileModule() (*ast.Compiler, error) {
 	m, err := ast.ParseModuleWithOpts("stockade/sandbox.rego", regoModule, ast.ParserOptions{RegoVersion: ast.RegoV1})
 	if err != nil {
 		return nil, fmt.Errorf("parse decision module: %w", err)
 	}
-	return m, nil
+	decl := globIDsDecl()
+	c := ast.NewCompiler().WithBuiltins(map[string]*ast.Builtin{decl.Name: decl})
+	if c.Compile(map[string]*ast.Module{"stockade/sandbox.rego": m}); c.Failed() {
+		return nil, fmt.Errorf("compile decision module: %w", c.Errors)
+	}
+	return c, nil
 }

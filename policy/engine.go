@@ -79,7 +79,7 @@ type Engine struct {
 	log       zerolog.Logger
 	faults    fault.Injector
 	cacheSize int
-	module    *ast.Module
+	compiler  *ast.Compiler
 	moduleErr error
 	keys      *inputKeys
 
@@ -104,7 +104,7 @@ func NewEngine(opts ...Option) *Engine {
 	for _, o := range opts {
 		o(e)
 	}
-	e.module, e.moduleErr = parseModule()
+	e.compiler, e.moduleErr = compileModule()
 	return e
 }
 
@@ -122,7 +122,7 @@ func (e *Engine) Load(file string, data []byte) (uint64, error) {
 	}
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
-	c, err := compile(context.Background(), e.module, pol)
+	c, err := compile(context.Background(), e.compiler, pol)
 	if err != nil {
 		err = fmt.Errorf("policy %s: %w", file, err)
 		e.log.Error().Err(err).Msg("policy compile failed; keeping the current version")
@@ -153,64 +153,54 @@ func (e *Engine) Current() (*Policy, uint64) {
 	return nil, 0
 }
 
-func unavailable() Decision {
-	return Decision{Reason: reason.PolicyUnavailable, Policy: "-", Message: "no valid policy is loaded; everything is denied"}
-}
-
 // DecideNetwork decides whether a connection to Host:Port from Exe (or any
 // ancestor) is allowed. It fails closed: no policy -> policy_unavailable;
-// an injected fault or an evaluation error -> boundary_fault (not cached).
-// An injected panic propagates to the caller.
+// an injected fault or an evaluation error (e.g. ctx already done) ->
+// boundary_fault, not cached. An injected panic propagates to the caller.
 func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
-	s := e.cur.Load()
-	if s == nil {
-		return unavailable()
-	}
 	in.Host = normalizeName(in.Host)
 	key := cacheKey{host: in.Host, port: in.Port, exe: in.Exe, ancestors: strings.Join(in.Ancestors, "\x00"), identityNone: in.IdentityNone}
-	if d, ok := s.cache.get(key); ok {
-		return d
-	}
-	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
-		return s.fault(fmt.Errorf("policy decision for %s:%d: %w", in.Host, in.Port, err))
-	}
-	d, err := s.eval(ctx, s.network, e.keys.networkInput(in))
-	if err != nil {
-		e.log.Error().Err(err).Uint64("version", s.version).Str("host", in.Host).Uint16("port", in.Port).Msg("policy evaluation failed")
-		return s.fault(err)
-	}
-	s.cache.put(key, d)
-	return d
+	return e.decide(ctx, key, func(s *snapshot) (rego.PreparedEvalQuery, ast.Object) {
+		return s.network, e.keys.networkInput(in)
+	})
 }
 
 // DecideDNS decides whether a DNS name may be resolved: it must be an
-// endpoint host (or match a wildcard host) of some policy. Failure modes
+// endpoint host of some policy, or match a wildcard host. Failure modes
 // are those of DecideNetwork.
 func (e *Engine) DecideDNS(ctx context.Context, in DNSInput) Decision {
+	in.Name = normalizeName(in.Name)
+	return e.decide(ctx, cacheKey{dns: true, host: in.Name, port: in.QType}, func(s *snapshot) (rego.PreparedEvalQuery, ast.Object) {
+		return s.dns, e.keys.dnsInput(in)
+	})
+}
+
+// decide answers from the current snapshot's cache, or evaluates the query
+// and input that prepare returns (built only on a cache miss).
+func (e *Engine) decide(ctx context.Context, key cacheKey, prepare func(*snapshot) (rego.PreparedEvalQuery, ast.Object)) Decision {
 	s := e.cur.Load()
 	if s == nil {
-		return unavailable()
+		return Decision{Reason: reason.PolicyUnavailable, Policy: "-", Message: "no valid policy is loaded; everything is denied"}
 	}
-	in.Name = normalizeName(in.Name)
-	key := cacheKey{dns: true, host: in.Name, port: in.QType}
 	if d, ok := s.cache.get(key); ok {
 		return d
 	}
 	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
-		return s.fault(fmt.Errorf("DNS policy decision for %s: %w", in.Name, err))
+		return s.fault(key, err)
 	}
-	d, err := s.eval(ctx, s.dns, e.keys.dnsInput(in))
+	q, input := prepare(s)
+	d, err := s.eval(ctx, q, input)
 	if err != nil {
-		e.log.Error().Err(err).Uint64("version", s.version).Str("name", in.Name).Msg("DNS policy evaluation failed")
-		return s.fault(err)
+		e.log.Error().Err(err).Uint64("version", s.version).Str("decision", key.String()).Msg("policy evaluation failed")
+		return s.fault(key, err)
 	}
 	s.cache.put(key, d)
 	return d
 }
 
-func (s *snapshot) fault(err error) Decision {
+func (s *snapshot) fault(key cacheKey, err error) Decision {
 	return Decision{Reason: reason.BoundaryFault, Policy: "-", Version: s.version,
-		Message: "policy decision failed, denying: " + err.Error()}
+		Message: fmt.Sprintf("policy decision for %s failed, denying: %v", key, err)}
 }
 
 // inputKeys are the input's object keys, built once per engine and shared

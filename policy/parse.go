@@ -2,11 +2,12 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,21 +20,25 @@ import (
 const maxNodes = 200_000
 
 // Valid keys per section, in the order error messages list them.
-var (
-	topKeys        = []string{"version", "filesystem_policy", "landlock", "process", "network_policies", "network_middlewares"}
-	filesystemKeys = []string{"include_workdir", "read_only", "read_write"}
-	landlockKeys   = []string{"compatibility"}
-	processKeys    = []string{"run_as_user", "run_as_group"}
-	netPolicyKeys  = []string{"name", "endpoints", "binaries"}
-	binaryKeys     = []string{"path", "harness"}
-	endpointKeys   = []string{
+func topKeys() []string {
+	return []string{"version", "filesystem_policy", "landlock", "process", "network_policies", "network_middlewares"}
+}
+
+func filesystemKeys() []string { return []string{"include_workdir", "read_only", "read_write"} }
+func landlockKeys() []string   { return []string{"compatibility"} }
+func processKeys() []string    { return []string{"run_as_user", "run_as_group"} }
+func netPolicyKeys() []string  { return []string{"name", "endpoints", "binaries"} }
+func binaryKeys() []string     { return []string{"path", "harness"} }
+
+func endpointKeys() []string {
+	return []string{
 		"host", "port", "ports", "allowed_ips", "protocol", "tls", "enforcement", "access",
 		"rules", "deny_rules", "path", "allow_encoded_slash", "websocket_credential_rewrite",
 		"request_body_credential_rewrite", "allow_uninspected_credentials", "persisted_queries",
 		"graphql_persisted_queries", "graphql_max_body_bytes", "credential_signing",
 		"signing_service", "signing_region", "json_rpc", "mcp",
 	}
-)
+}
 
 // valueKind is the YAML shape an accepted-but-unenforced field must have.
 type valueKind int
@@ -100,13 +105,15 @@ func unenforcedEndpointField(key string) unenforcedField {
 
 // Parse parses and validates an OpenShell v1 policy. file names the policy
 // in positions. On failure the error is an ErrorList holding every error
-// found in the file, each with file:line:col.
+// found in the file, each with file:line:col, sorted by position.
 func Parse(file string, data []byte) (*Policy, error) {
 	p := &parser{file: file}
 	pol := p.parse(data)
+	slices.SortStableFunc(p.errs, func(a, b *Error) int { return cmp.Or(a.Line-b.Line, a.Col-b.Col) })
 	if len(p.errs) > 0 {
 		return nil, p.errs
 	}
+	slices.SortStableFunc(p.notices, func(a, b Notice) int { return cmp.Or(a.Line-b.Line, a.Col-b.Col) })
 	pol.notices = p.notices
 	return pol, nil
 }
@@ -127,15 +134,16 @@ func (p *parser) notef(n *yaml.Node, format string, a ...any) {
 	p.notices = append(p.notices, Notice{File: p.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)})
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError turns a yaml.v3 syntax error into an Error (yaml.v3 reports a
-// line but no column).
+// yamlError turns a yaml.v3 syntax error ("yaml: line 3: msg") into an
+// Error; yaml.v3 reports a line but no column.
 func (p *parser) yamlError(err error) {
 	e := &Error{File: p.file, Line: 1, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-		e.Line, _ = strconv.Atoi(m[1])
-		e.Msg = m[2]
+	if rest, ok := strings.CutPrefix(e.Msg, "line "); ok {
+		if num, msg, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				e.Line, e.Msg = n, msg
+			}
+		}
 	}
 	p.errs = append(p.errs, e)
 }
@@ -167,7 +175,7 @@ func (p *parser) parse(data []byte) *Policy {
 		return pol
 	}
 	sawVersion := false
-	p.mapping(root, "policy", topKeys, func(key string, k, v *yaml.Node) {
+	p.mapping(root, "policy", topKeys(), func(key string, k, v *yaml.Node) {
 		switch key {
 		case "version":
 			sawVersion = true
@@ -180,18 +188,20 @@ func (p *parser) parse(data []byte) *Policy {
 		case "filesystem_policy":
 			pol.Filesystem = p.filesystem(v)
 		case "landlock":
-			p.mapping(v, "landlock", landlockKeys, func(_ string, _, v *yaml.Node) {
-				switch s, _ := p.str(v, "landlock.compatibility"); s {
-				case "best_effort":
+			p.mapping(v, "landlock", landlockKeys(), func(_ string, _, v *yaml.Node) {
+				s, ok := p.str(v, "landlock.compatibility")
+				switch {
+				case !ok:
+				case s == "best_effort":
 					pol.Landlock.Compatibility = BestEffort
-				case "hard_requirement":
+				case s == "hard_requirement":
 					pol.Landlock.Compatibility = HardRequirement
 				default:
 					p.errorf(v, "landlock.compatibility: invalid value %q; valid values: best_effort, hard_requirement", s)
 				}
 			})
 		case "process":
-			p.mapping(v, "process", processKeys, func(key string, _, v *yaml.Node) {
+			p.mapping(v, "process", processKeys(), func(key string, _, v *yaml.Node) {
 				s, _ := p.str(v, "process."+key)
 				if key == "run_as_user" {
 					pol.Process.RunAsUser = s
@@ -222,7 +232,7 @@ func (p *parser) parse(data []byte) *Policy {
 
 func (p *parser) filesystem(n *yaml.Node) *FilesystemPolicy {
 	fs := &FilesystemPolicy{}
-	if !p.mapping(n, "filesystem_policy", filesystemKeys, func(key string, _, v *yaml.Node) {
+	if !p.mapping(n, "filesystem_policy", filesystemKeys(), func(key string, _, v *yaml.Node) {
 		switch key {
 		case "include_workdir":
 			fs.IncludeWorkdir, _ = p.boolean(v, "filesystem_policy.include_workdir")
@@ -283,7 +293,7 @@ func (p *parser) networkPolicy(key string, k, v *yaml.Node) *NetworkPolicy {
 		p.errorf(k, "%s is empty; it needs endpoints and binaries", what)
 		return nil
 	}
-	if !p.mapping(v, what, netPolicyKeys, func(field string, _, v *yaml.Node) {
+	if !p.mapping(v, what, netPolicyKeys(), func(field string, _, v *yaml.Node) {
 		switch field {
 		case "name":
 			if s, ok := p.str(v, what+" name"); ok && s != "" {
@@ -323,7 +333,7 @@ func (p *parser) binary(n *yaml.Node) (Binary, bool) {
 		return b, false
 	}
 	sawPath := false
-	p.mapping(n, "binary", binaryKeys, func(key string, k, v *yaml.Node) {
+	p.mapping(n, "binary", binaryKeys(), func(key string, k, v *yaml.Node) {
 		switch key {
 		case "path":
 			sawPath = true
@@ -363,7 +373,7 @@ func (p *parser) endpoint(n *yaml.Node) *Endpoint {
 	}
 	var hostNode, portNode, portsNode *yaml.Node
 	bad := false
-	ok := p.mapping(n, "endpoint", endpointKeys, func(key string, k, v *yaml.Node) {
+	ok := p.mapping(n, "endpoint", endpointKeys(), func(key string, k, v *yaml.Node) {
 		switch key {
 		case "host":
 			hostNode = k
@@ -532,6 +542,9 @@ func checkHost(s string) (string, bool, string) {
 		case l != "*" && !validLabel(l):
 			return "", false, fmt.Sprintf("host %q: label %q may hold only letters, digits, '-' and '_'", s, l)
 		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return "", false, fmt.Sprintf("host %q is neither a domain name (its last label is numeric) nor an IP address", s)
 	}
 	wild := labels[0] == "*"
 	if wild && len(labels) <= 2 {

@@ -117,7 +117,9 @@ network_policies:
       - { host: "api.example.com:443", port: 443 }
       - { host: "a..example.com", port: 443 }
       - { host: "a b.example.com", port: 443 }
-      - { host: "", port: 443 }` + validTail,
+      - { host: "", port: 443 }
+      - { host: "*.0.0.7", port: 443 }
+      - { host: "10.0.0.256", port: 443 }` + validTail,
 		want: []at{
 			{5, `"*"`, `host "*" would allow every host`},
 			{6, `"*.com"`, `host "*.com" is a top-level-domain wildcard`},
@@ -129,6 +131,8 @@ network_policies:
 			{12, `"a..`, "has an empty label"},
 			{13, `"a b`, `label "a b" may hold only letters`},
 			{14, `""`, "host is empty"},
+			{15, `"*.0`, "its last label is numeric"},
+			{16, `"10.`, "its last label is numeric"},
 		},
 	}, {
 		name: "ports",
@@ -214,6 +218,10 @@ network_policies:
 			{13, "[", "tls: want a string, got a list"},
 		},
 	}, {
+		name: "one error per wrong type",
+		src:  "version: 1\nlandlock: {compatibility: [best_effort]}\n",
+		want: []at{{2, "[", "landlock.compatibility: want a string, got a list"}},
+	}, {
 		name: "yaml syntax error",
 		src:  "version: 1\nnetwork_policies:\n  p: [\n",
 		want: []at{{3, "", "did not find expected node content"}},
@@ -267,8 +275,9 @@ func TestErrorFormat(t *testing.T) {
 	if !errors.As(err, &list) || len(list) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
+	// Sorted by position: the endpoint (5:9) before its key (5:11).
 	want := `dir/policy.yaml:5:11: unknown key "hots" in endpoint`
-	if got := list[0].Error(); !strings.HasPrefix(got, want) {
+	if got := list[1].Error(); !strings.HasPrefix(got, want) || list[0].Col != 9 {
 		t.Errorf("Error() = %q, want prefix %q", got, want)
 	}
 	if lines := strings.Split(err.Error(), "\n"); len(lines) != 2 || lines[1] != list[1].Error() {

@@ -116,6 +116,7 @@ func TestBenchTarget(t *testing.T) {
 		{"./policy/", "BenchmarkDecide1000EndpointsCached", 1e3},
 		{"./policy/", "BenchmarkDecide1000EndpointsUncached", 20e3},
 		{"./policy/", "BenchmarkParse", 0},
+		{"./policy/", "BenchmarkDecide10Endpoints", 0},
 		{"./boundary/identity/", "BenchmarkSocketStep/sockets=18000/sock_diag", 10e3},
 		{"./boundary/identity/", "BenchmarkSocketStep/sockets=2000/proc_net_tcp", 0},
 		{"./boundary/identity/", "BenchmarkWholeLookup/chain=50/warm", 0},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
@@ -51,6 +52,9 @@ type Netlink struct {
 	pids  func() ([]int, error)
 	inj   fault.Injector
 	cache *ownerCache
+	// allProcs: every process is a candidate (no WithPids), so recent
+	// owners can be scanned before listing /proc.
+	allProcs bool
 }
 
 var _ Resolver = (*Netlink)(nil)
@@ -76,6 +80,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	}
 	r := &Netlink{diag: d, proc: procFS{root: c.procRoot}, pids: c.pids, inj: c.inj, cache: newOwnerCache()}
 	if r.pids == nil {
+		r.allProcs = true
 		r.pids = r.proc.allPids
 	}
 	return r, nil
@@ -161,22 +166,43 @@ func (r *Netlink) owner(inode uint32) (fdRef, error) {
 		}
 		r.cache.forget(inode)
 	}
+	seen := map[uint32]fdRef{}
+	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
+	scan := func(pid int) (fdRef, bool) {
+		fd, err := r.proc.scanFds(pid, inode, note)
+		if err == nil && fd >= 0 {
+			note(inode, fdRef{pid: pid, fd: fd})
+		}
+		if len(seen) > 0 {
+			r.cache.put(seen)
+			clear(seen)
+		}
+		return fdRef{pid: pid, fd: fd}, err == nil && fd >= 0
+	}
+	// Recent owners first, before listing every process: a client that
+	// opened one connection usually opens the next (a busy agent, a load
+	// generator). Only when any process may be a candidate (no WithPids).
+	var tried []int
+	if r.allProcs {
+		for _, pid := range r.cache.recent() {
+			if ref, ok := scan(pid); ok {
+				return ref, nil
+			}
+			tried = append(tried, pid)
+		}
+	}
 	pids, err := r.pids()
 	if err != nil {
 		return fdRef{}, fmt.Errorf("candidate pids: %w", err)
 	}
 	pids = append([]int(nil), pids...)
 	newestFirst(pids, r.proc.lastPid())
-	seen := map[uint32]fdRef{}
-	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
 	for _, pid := range r.cache.order(pids) {
-		fd, err := r.proc.scanFds(pid, inode, note)
-		if len(seen) > 0 {
-			r.cache.put(seen)
-			clear(seen)
+		if slices.Contains(tried, pid) {
+			continue
 		}
-		if err == nil && fd >= 0 {
-			return fdRef{pid: pid, fd: fd}, nil
+		if ref, ok := scan(pid); ok {
+			return ref, nil
 		}
 	}
 	return fdRef{}, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -89,40 +90,69 @@ func (p procFS) fdHolds(ref fdRef, inode uint32) bool {
 	return ok && got == inode
 }
 
-// scanFds reads every fd link of pid, passing each socket to seen, and
-// returns the fd that holds target (-1 if none).
+// scanFds reads the fd links of pid, passing each socket to seen, until it
+// finds the one that holds target; it returns that fd (-1 if none). The
+// directory is read with getdents into one buffer and each link with
+// readlinkat on the directory fd: no per-entry path or name allocation.
 func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, error) {
-	dir, err := os.Open(p.path(pid, "fd"))
+	dfd, err := unix.Open(p.path(pid, "fd"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
-	defer dir.Close()
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return -1, err
-	}
-	dfd := int(dir.Fd())
-	found := -1
-	var buf [64]byte
-	for _, name := range names {
-		n, err := unix.Readlinkat(dfd, name, buf[:])
+	defer unix.Close(dfd)
+	dirents := make([]byte, 8192)
+	var link [64]byte
+	for {
+		n, err := unix.ReadDirent(dfd, dirents)
 		if err != nil {
-			continue // closed meanwhile
+			return -1, err
 		}
-		inode, ok := socketInode(buf[:n])
-		if !ok {
-			continue
+		if n <= 0 {
+			return -1, nil
 		}
-		fd, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		seen(inode, fdRef{pid: pid, fd: fd})
-		if inode == target {
-			found = fd
+		for b := dirents[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			fd, ok := atoiBytes(name)
+			if !ok {
+				continue // "." and ".."
+			}
+			m, err := unix.Readlinkat(dfd, string(name), link[:])
+			if err != nil {
+				continue // closed meanwhile
+			}
+			inode, ok := socketInode(link[:m])
+			if !ok {
+				continue
+			}
+			if inode == target {
+				return fd, nil
+			}
+			seen(inode, fdRef{pid: pid, fd: fd})
 		}
 	}
-	return found, nil
+}
+
+// atoiBytes parses a non-negative decimal fd number.
+func atoiBytes(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // exe reads /proc/<pid>/exe.
@@ -239,6 +269,13 @@ func (c *ownerCache) owned(pid int) {
 	if len(c.hints) > ownerHints {
 		c.hints = c.hints[:ownerHints]
 	}
+}
+
+// recent returns the recent owner pids, most recent first.
+func (c *ownerCache) recent() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.hints)
 }
 
 // order puts the recent owners present in pids first, the rest after them in

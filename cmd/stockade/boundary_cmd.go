@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -45,6 +46,7 @@ type serveOpts struct {
 	allowLoopback bool
 	faults        []string
 	metricsAddr   string
+	cpuProfile    string
 }
 
 func newBoundaryServeCmd() *cobra.Command {
@@ -73,7 +75,9 @@ the log as one line each.`,
 	f.BoolVar(&o.allowLoopback, "allow-loopback-upstream", false, "allow upstreams on loopback addresses (tests and local demos)")
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
 	f.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); empty: off")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until the boundary stops (benchmarks)")
 	_ = f.MarkHidden("fault")
+	_ = f.MarkHidden("cpuprofile")
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
 }
@@ -89,6 +93,17 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	log := newLogger(cmd)
 	if o.proxyAddr == "" && o.dnsAddr == "" {
 		return &exitError{exitUsage, errors.New("boundary serve: --proxy and --dns are both empty; nothing to serve")}
+	}
+
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("cpuprofile: %w", err)}
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return &exitError{exitFailure, fmt.Errorf("cpuprofile: %w", err)}
+		}
+		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
 	}
 
 	inj := fault.NewSet()

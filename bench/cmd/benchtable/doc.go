@@ -5,6 +5,7 @@
 //
 //	go run ./bench/cmd/benchtable [-duration 10s] [-runs 3] [-quick]
 //
-// It exits 1 when a target is missed or the run fails, 0 otherwise.
+// It exits 1 when the run fails or (unless -fail-on-miss=false) a target
+// is missed, 2 on bad flags, 0 otherwise.
 // Progress goes to stderr, the table to stdout.
 package main

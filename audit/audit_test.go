@@ -1,0 +1,150 @@
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+func TestLineForms(t *testing.T) {
+	deny := NewDecision(ClassNetwork, false, reason.EndpointNotAllowed)
+	deny.Actor = &Process{Path: "/usr/bin/curl", Pid: 64}
+	deny.Dst = &Endpoint{Hostname: "example.org", Port: 443}
+	if got, want := deny.Line(), "NET:OPEN [MED] DENIED /usr/bin/curl(64) -> example.org:443 [policy:- engine:opa] [reason:endpoint_not_allowed]"; got != want {
+		t.Fatalf("denied line:\n got %s\nwant %s", got, want)
+	}
+	allow := NewDecision(ClassDNS, true, reason.None)
+	allow.Query = &Query{Hostname: "api.test", Type: "A", Rcode: "NOERROR"}
+	allow.Policy.Name = "api"
+	if got, want := allow.Line(), "DNS:QUERY [INFO] ALLOWED - -> api.test A NOERROR [policy:api engine:opa] [reason:-]"; got != want {
+		t.Fatalf("allowed DNS line:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestDecisionFieldsAreOCSF(t *testing.T) {
+	e := NewDecision(ClassDNS, false, reason.PolicyDNSIneligible)
+	e.Query = &Query{Hostname: "x.test", Type: "A"}
+	e.TimeMs = 1
+	b, err := json.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	want := map[string]any{"class_uid": 4003.0, "class_name": "DNS Activity", "activity_id": 1.0, "action_id": 2.0,
+		"action": "Denied", "disposition": "Blocked", "severity_id": 3.0, "severity": "Medium",
+		"status_detail": "policy_dns_ineligible", "time": 1.0}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %v, want %v (event %s)", k, m[k], v, b)
+		}
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+func TestFileGroupCommitConcurrentAndClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "audit.jsonl")
+	af, err := OpenFile(path, WithFlushInterval(time.Hour)) // only size or Close flush
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				af.Record(NewDecision(ClassNetwork, true, reason.None))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := af.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, path)
+	if len(lines) != 4000 {
+		t.Fatalf("got %d lines, want 4000", len(lines))
+	}
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("invalid JSON line %q", l)
+		}
+	}
+	st, _ := os.Stat(path)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("audit file mode %v, want 0600", st.Mode().Perm())
+	}
+	af.Record(NewDecision(ClassNetwork, true, reason.None))
+	if af.Failed() != 1 {
+		t.Fatalf("a record after Close: failed=%d, want 1", af.Failed())
+	}
+}
+
+func TestFileFlushesWithinInterval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	af, err := OpenFile(path, WithFlushInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer af.Close()
+	af.Record(NewDecision(ClassNetwork, false, reason.BinaryNotAllowed))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), "binary_not_allowed") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("event not written within 5 s of a 5 ms flush interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestFileRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	af, err := OpenFile(path, WithMaxBytes(2000), WithKeep(2), WithFlushInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		af.Record(NewDecision(ClassNetwork, true, reason.None))
+	}
+	if err := af.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + ".1", path + ".2"} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if st.Size() > 2000 {
+			t.Fatalf("%s is %d bytes, over the 2000-byte limit", p, st.Size())
+		}
+	}
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Fatalf("keep=2 left a third rotated file: %v", err)
+	}
+}
