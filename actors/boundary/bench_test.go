@@ -9,7 +9,7 @@ import (
 // process: accept, conn actor, identity (netlink), decision, dial, 200,
 // 64 bytes echoed both ways, close.
 func BenchmarkConnectTunnel(b *testing.B) {
-	e := startEnv(&testing.T{}, envOpts{})
+	e := startEnv(b, envOpts{})
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {

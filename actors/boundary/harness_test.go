@@ -73,7 +73,7 @@ type envOpts struct {
 	auditFile     string
 }
 
-func startEnv(t *testing.T, o envOpts) *env {
+func startEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	e := &env{faults: fault.NewSet(), audit: &recorder{}, dir: t.TempDir()}
 	e.echoPort = startEcho(t)
@@ -170,7 +170,7 @@ network_policies:
 }
 
 // startEcho starts a TCP echo server that echoes until EOF, then closes.
-func startEcho(t *testing.T) int {
+func startEcho(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -192,7 +192,7 @@ func startEcho(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func startWeb(t *testing.T) int {
+func startWeb(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -94,6 +94,9 @@ func ReadRequest(conn net.Conn) (*Request, error) {
 		if errors.As(lr.err, &ne) && ne.Timeout() {
 			return nil, fmt.Errorf("read request: header not complete in time: %w", lr.err)
 		}
+		if errors.Is(lr.err, io.EOF) {
+			return nil, fmt.Errorf("read request: client closed before a full header: %w", lr.err)
+		}
 		var bre *BadRequestError
 		if errors.As(err, &bre) {
 			return nil, bre
