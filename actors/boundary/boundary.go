@@ -3,6 +3,7 @@ package boundary
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,10 @@ type Boundary struct {
 	pid   *actor.PID
 	cfg   *Config
 	stats *Stats
+	// live proxy connections and DNS-over-TCP streams, closed when their
+	// listener actor stops (sockets outlive actors otherwise).
+	live    *connSet
+	streams *connSet
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener
@@ -40,7 +45,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 		return nil, errors.New("boundary: no listener configured (need a proxy or a DNS listener)")
 	}
 	cfg.defaults()
-	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{}}
+	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{},
+		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}}}
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

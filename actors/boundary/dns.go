@@ -41,7 +41,6 @@ type dnsActor struct {
 	next     uint64
 	udpDone  chan struct{}
 	tcp      *acceptLoop
-	streams  *streamSet
 }
 
 func (a *dnsActor) Receive(ctx actor.Context) {
@@ -62,16 +61,13 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 		a.stopLoops()
 	case *actor.Stopping:
 		a.stopLoops()
-		a.streams.closeAll()
+		a.b.streams.closeAll()
 	}
 }
 
 func (a *dnsActor) start(ctx actor.Context) {
 	cfg := a.b.cfg
 	send := sendTo(ctx.ActorSystem(), ctx.Self())
-	if a.streams == nil {
-		a.streams = &streamSet{m: map[net.Conn]struct{}{}}
-	}
 	if pc := cfg.DNSPacket; pc != nil {
 		a.udpDone = make(chan struct{})
 		go a.readUDP(pc, send)
@@ -110,8 +106,8 @@ func (a *dnsActor) readUDP(pc net.PacketConn, send func(any)) {
 // readTCP serves one DNS-over-TCP connection: length-prefixed queries,
 // answered in any order, closed after IdleTimeout without a query.
 func (a *dnsActor) readTCP(c net.Conn, send func(any)) {
-	a.streams.add(c)
-	defer a.streams.remove(c)
+	a.b.streams.add(c)
+	defer a.b.streams.remove(c)
 	var wmu sync.Mutex
 	reply := func(b []byte) error {
 		wmu.Lock()
@@ -158,27 +154,27 @@ func (a *dnsActor) stopLoops() {
 	}
 }
 
-// streamSet tracks open DNS-over-TCP connections so a stopping boundary
-// closes them.
-type streamSet struct {
+// connSet tracks open connections (proxy clients, DNS-over-TCP streams) so
+// a stopping listener actor closes them.
+type connSet struct {
 	mu sync.Mutex
 	m  map[net.Conn]struct{}
 }
 
-func (s *streamSet) add(c net.Conn) {
+func (s *connSet) add(c net.Conn) {
 	s.mu.Lock()
 	s.m[c] = struct{}{}
 	s.mu.Unlock()
 }
 
-func (s *streamSet) remove(c net.Conn) {
+func (s *connSet) remove(c net.Conn) {
 	s.mu.Lock()
 	delete(s.m, c)
 	s.mu.Unlock()
 	_ = c.Close()
 }
 
-func (s *streamSet) closeAll() {
+func (s *connSet) closeAll() {
 	if s == nil {
 		return
 	}
@@ -202,6 +198,7 @@ func (a *queryActor) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
 		a.answer(ctx)
+		ctx.Stop(ctx.Self()) // not deferred: after a panic the supervisor stops us
 	case *actor.Stopping:
 		if !a.replied && a.req != nil {
 			// The query failed in this actor: SERVFAIL, audited.
@@ -215,7 +212,6 @@ func (a *queryActor) Receive(ctx actor.Context) {
 }
 
 func (a *queryActor) answer(ctx actor.Context) {
-	defer ctx.Stop(ctx.Self())
 	req := new(dns.Msg)
 	if err := req.Unpack(a.q.pkt); err != nil {
 		a.b.stats.Malformed.Add(1)

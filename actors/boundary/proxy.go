@@ -36,6 +36,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 	case *accepted:
 		a.next++
 		a.b.stats.Conns.Add(1)
+		a.b.live.add(m.conn)
 		c := &connActor{b: a.b, conn: m.conn, id: a.next}
 		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }),
 			"conn/"+strconv.FormatUint(a.next, 10)); err != nil {
@@ -48,6 +49,10 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		if a.loop != nil {
 			a.loop.stop()
 			a.loop = nil
+		}
+		if _, ok := ctx.Message().(*actor.Stopping); ok {
+			// Unblock conn actors in a bounded read or dial so they stop now.
+			a.b.live.closeAll()
 		}
 	}
 }
