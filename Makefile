@@ -33,7 +33,7 @@ test: fmt-check vet
 
 # Benchmarks side by side with peers (tinyproxy, dnsmasq, dnsperf); not in CI.
 bench: build
-	$(GO) run ./bench/cmd/benchtable
+	$(GO) run ./bench/cmd/benchtable -stockade $(BIN) -duration 10s -runs 3 -fail-on-miss=false
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./policy/
