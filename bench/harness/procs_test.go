@@ -3,8 +3,8 @@ package harness
 import (
 	"context"
 	"fmt"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,23 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 )
-
-// needTool returns the tool's path; without it the test skips, or fails
-// when CI=true.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		p, err = exec.LookPath("/usr/sbin/" + name)
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required in CI: %v", name, err)
-		}
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return p
-}
 
 // alive says whether pid is a live (not zombie) process.
 func alive(pid int) bool {
@@ -44,7 +27,7 @@ func alive(pid int) bool {
 // TestStopAllKillsGroup: a server's background child, which ignores
 // SIGTERM, is gone after stopAll.
 func TestStopAllKillsGroup(t *testing.T) {
-	sh := needTool(t, "sh")
+	sh := testenv.NeedTool(t, "sh", "dash")
 	dir := t.TempDir()
 	s := &servers{dir: dir, log: zerolog.Nop()}
 	pidFile := filepath.Join(dir, "child.pid")
@@ -82,7 +65,7 @@ func TestStopAllKillsGroup(t *testing.T) {
 // TestServerFailure: a server that exits at once is reported with its
 // exit status and log tail instead of waiting out the timeout.
 func TestServerFailure(t *testing.T) {
-	sh := needTool(t, "sh")
+	sh := testenv.NeedTool(t, "sh", "dash")
 	s := &servers{dir: t.TempDir(), log: zerolog.Nop()}
 	defer s.stopAll()
 	srv, err := s.start("broken", sh, "-c", "echo no such flag >&2; exit 3")
@@ -102,10 +85,8 @@ func TestServerFailure(t *testing.T) {
 // TestDNSPeer runs dnsmasq as the harness does and dnsperf for 1 s: the
 // split is exact, nothing is lost and dnsmasq's CPU time is measured.
 func TestDNSPeer(t *testing.T) {
-	dnsmasq, dnsperf := needTool(t, "dnsmasq"), needTool(t, "dnsperf")
-	if os.Geteuid() != 0 {
-		t.Skip("dnsmasq drops privileges only when started as root; run as root")
-	}
+	dnsmasq, dnsperf := testenv.NeedTool(t, "dnsmasq", "dnsmasq-base"), testenv.NeedTool(t, "dnsperf", "dnsperf")
+	testenv.NeedRoot(t) // dnsmasq drops privileges only when started as root
 	// Not t.TempDir: its parent is 0700 and dnsmasq reads the hosts file
 	// as nobody.
 	dir, err := os.MkdirTemp("", "bench-dns-")

@@ -29,6 +29,9 @@ func NeedTool(t testing.TB, name, pkg string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
+		p, err = exec.LookPath("/usr/sbin/" + name) // not on every user's PATH
+	}
+	if err != nil {
 		Unavailable(t, "%s not found (apt-get install %s)", name, pkg)
 	}
 	return p
