@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stockade-dev/stockade/actors/dispatch"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 )
@@ -33,6 +34,9 @@ type Boundary struct {
 	// listener actor stops (sockets outlive actors otherwise).
 	live    *connSet
 	streams *connSet
+	// pool runs the mailboxes of the leaves (conn/N, query/N) on warm
+	// workers: no goroutine creation or stack growth per connection.
+	pool *dispatch.Pool
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener
@@ -46,7 +50,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 	}
 	cfg.defaults()
 	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{},
-		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}}}
+		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}},
+		pool: dispatch.NewPool(64, 10*time.Second, 300)}
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {
@@ -77,6 +82,7 @@ func (b *Boundary) Counters() *supervise.Counters { return b.cfg.Counters }
 // Stop stops the subtree and waits for it (protoactor bounds the wait at
 // 10 s). Listeners are not closed: they belong to whoever created them.
 func (b *Boundary) Stop() error {
+	defer b.pool.Close()
 	if err := b.sys.Root.StopFuture(b.pid).Wait(); err != nil {
 		return fmt.Errorf("boundary: stop: %w", err)
 	}

@@ -51,7 +51,7 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 		a.next++
 		a.b.stats.Queries.Add(1)
 		q := &queryActor{b: a.b, answerer: a.answerer, q: m}
-		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return q }),
+		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return q }, actor.WithDispatcher(a.b.pool)),
 			"query/"+strconv.FormatUint(a.next, 10)); err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn query actor")
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TestMalformedFloodLeavesBoundaryServing sends 1,000 malformed proxy
@@ -164,9 +166,12 @@ func TestMalformedFloodLeavesBoundaryServing(t *testing.T) {
 	if r := restartsOf(e.b, "proxy") + restartsOf(e.b, "dns"); r != 0 {
 		t.Fatalf("listener actors restarted %d times during the flood", r)
 	}
-	if m := e.b.Stats().Malformed.Load(); m < 1000 {
-		t.Fatalf("malformed counted: %d, want >= 1000", m)
-	}
+	// 800 of the proxy requests are malformed with a full header (400), and
+	// at least 75 of the TCP streams are counted; UDP datagrams beyond the
+	// socket's receive buffer may be dropped by the kernel, so they are not
+	// counted on here.
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.b.Stats().Malformed.Load() >= 875 },
+		"malformed counted: %d, want >= 875", e.b.Stats().Malformed.Load())
 }
 
 func firstLine(b []byte) string {

@@ -38,7 +38,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		a.b.stats.Conns.Add(1)
 		a.b.live.add(m.conn)
 		c := &connActor{b: a.b, conn: m.conn, id: a.next}
-		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }),
+		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(a.b.pool)),
 			"conn/"+strconv.FormatUint(a.next, 10)); err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")
 			_ = m.conn.Close()
