@@ -39,5 +39,18 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./policy/
 	$(GO) test -run '^$$' -fuzz FuzzAnswer -fuzztime 60s ./boundary/dnsproxy/
 
+# Regenerate the committed protobuf code with the pinned plugin (the
+# google.golang.org/protobuf version of go.mod) and Debian's protoc.
+PROTOACTOR_DIR = $(shell $(GO) list -m -f '{{.Dir}}' github.com/asynkron/protoactor-go)
+generate:
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc -I messages -I $(PROTOACTOR_DIR)/actor --plugin=protoc-gen-go=bin/protoc-gen-go \
+	  --go_out=. --go_opt=module=github.com/stockade-dev/stockade \
+	  --go_opt=Mactor.proto=github.com/asynkron/protoactor-go/actor messages/stockade.proto
+
+# CI: the committed generated code must match the .proto files.
+generate-check: generate
+	@git diff --exit-code -- messages/ || { echo "messages/*.pb.go is stale: run make generate and commit"; exit 1; }
+
 clean:
 	rm -rf bin

@@ -1,6 +1,8 @@
 // Package messages owns the protobuf messages that cross a process: client
-// <-> gateway API and gateway <-> supervisor session. The standalone
-// boundary of this stage runs in one process, so its actor messages are Go
-// types next to their actors (actors/boundary); the .proto files and their
-// committed generated code arrive with the gateway (`make generate`).
+// <-> gateway API (CreateRequest, SandboxRequest, ListRequest, LogsRequest,
+// Reply) and gateway <-> supervisor session (Hello, HelloAck, Heartbeat,
+// WorkloadExited). stockade.proto is the source; stockade.pb.go is generated
+// by `make generate` with the protoc-gen-go version pinned in go.mod and is
+// committed; `make generate-check` fails when it is stale. Messages local
+// to one process stay Go types next to their actors.
 package messages
