@@ -1,0 +1,87 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestStartIsDetachedAndStops(t *testing.T) {
+	dir := t.TempDir()
+	h, err := Start(Spec{Binary: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}, LogFile: filepath.Join(dir, "log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(h.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	if sid, _ := strconv.Atoi(f[3]); sid != h.Pid {
+		t.Fatalf("supervisor session id %d, want its own (%d): it must outlive the gateway's session", sid, h.Pid)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(dir, "log"))
+		if strings.Contains(string(b), "started") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log file has %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Stop(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	if h.Err() == nil {
+		t.Fatal("no exit reason")
+	}
+}
+
+func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
+	h, err := Start(Spec{Binary: "/bin/sleep", Args: []string{"30"}, LogFile: filepath.Join(t.TempDir(), "log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Signal(syscall.SIGKILL); <-h.Done() }()
+	deadline := time.Now().Add(5 * time.Second) // until the child has exec'd sleep
+	for {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(h.Pid) + "/cmdline")
+		if strings.Contains(string(b), "sleep") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child never exec'd sleep: %q", b)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := Adopt(h.Pid, "not-this-program"); !errors.Is(err, ErrGone) {
+		t.Fatalf("adopting with a wrong marker: %v, want ErrGone", err)
+	}
+	a, err := Adopt(h.Pid, "sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Signal(syscall.SIGKILL)
+	select {
+	case <-a.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("adopted handle did not see the exit")
+	}
+	if _, err := Adopt(h.Pid, "sleep"); !errors.Is(err, ErrGone) {
+		t.Fatalf("adopting a dead pid: %v, want ErrGone", err)
+	}
+	if _, err := Adopt(0, "x"); !errors.Is(err, ErrGone) {
+		t.Fatal("pid 0 adopted")
+	}
+}
