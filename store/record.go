@@ -1,0 +1,80 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+)
+
+// SchemaVersion is the version of Record written by this build. A record
+// with a newer version is refused on read, never half-understood.
+const SchemaVersion = 1
+
+// Intent is what the user last asked a sandbox to be. Values are explicit
+// and stable; JSON uses the names.
+type Intent int
+
+// Intents.
+const (
+	IntentRunning Intent = 1
+	IntentStopped Intent = 2
+	IntentDeleted Intent = 3
+)
+
+func intentNames() []string { return []string{"", "running", "stopped", "deleted"} }
+
+// String returns the intent's name.
+func (i Intent) String() string {
+	if n := intentNames(); i > 0 && int(i) < len(n) {
+		return n[i]
+	}
+	return fmt.Sprintf("intent(%d)", int(i))
+}
+
+// MarshalText encodes the intent by name.
+func (i Intent) MarshalText() ([]byte, error) {
+	if i < IntentRunning || i > IntentDeleted {
+		return nil, fmt.Errorf("store: intent %d has no name", int(i))
+	}
+	return []byte(i.String()), nil
+}
+
+// UnmarshalText decodes an intent name.
+func (i *Intent) UnmarshalText(b []byte) error {
+	for v, n := range intentNames() {
+		if n != "" && n == string(b) {
+			*i = Intent(v)
+			return nil
+		}
+	}
+	return fmt.Errorf("store: unknown intent %q", b)
+}
+
+// Spec is what `sandbox create` was given.
+type Spec struct {
+	Name string `json:"name"`
+	// Policy is the policy file's content, PolicyVersion its version.
+	Policy        string                  `json:"policy"`
+	PolicyVersion uint64                  `json:"policyVersion"`
+	Workdir       string                  `json:"workdir,omitempty"`
+	Argv          []string                `json:"argv,omitempty"`
+	Restart       lifecycle.RestartPolicy `json:"restart"`
+	Created       time.Time               `json:"created"`
+}
+
+// Record is everything the gateway keeps about one sandbox.
+type Record struct {
+	// Schema is set by Put to SchemaVersion.
+	Schema        int                `json:"schema"`
+	Spec          Spec               `json:"spec"`
+	Intent        Intent             `json:"intent"`
+	KeepWorkspace bool               `json:"keepWorkspace,omitempty"`
+	Lifecycle     lifecycle.Snapshot `json:"lifecycle"`
+	SupervisorPID int                `json:"supervisorPid,omitempty"`
+	WorkloadPID   int                `json:"workloadPid,omitempty"`
+	InstanceID    string             `json:"instanceId,omitempty"`
+}
+
+// Name returns the sandbox's name.
+func (r Record) Name() string { return r.Spec.Name }
