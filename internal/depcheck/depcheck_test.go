@@ -11,14 +11,17 @@ const module = "github.com/stockade-dev/stockade/"
 // forbidden maps a light package to import paths (prefixes) it must not
 // pull in, directly or transitively.
 var forbidden = map[string][]string{
-	"policy/reason":     {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"chaos/fault":       {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"audit":             {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"boundary/proxy":    {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"boundary/dnsproxy": {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"boundary/identity": {"github.com/open-policy-agent/", "github.com/asynkron/"},
-	"actors/supervise":  {"github.com/open-policy-agent/"},
-	"internal/logx":     {"github.com/open-policy-agent/"},
+	"policy/reason":            {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"chaos/fault":              {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"audit":                    {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"boundary/proxy":           {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"boundary/dnsproxy":        {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"boundary/identity":        {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"actors/supervise":         {"github.com/open-policy-agent/"},
+	"internal/logx":            {"github.com/open-policy-agent/"},
+	"actors/sandbox/lifecycle": {"github.com/open-policy-agent/", "github.com/asynkron/", "go.etcd.io/"},
+	"store":                    {"github.com/open-policy-agent/", "github.com/asynkron/"},
+	"driver/process":           {"github.com/open-policy-agent/", "github.com/asynkron/"},
 }
 
 func TestLightPackagesStayLight(t *testing.T) {
