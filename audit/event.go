@@ -182,6 +182,10 @@ func NewDecision(class Class, allowed bool, r reason.Code) Event {
 // NET:OPEN [MED] DENIED /usr/bin/curl(64) -> example.org:443 [policy:- engine:opa] [reason:endpoint_not_allowed]
 func (e *Event) Line() string {
 	var b strings.Builder
+	if e.ClassUID == ClassLifecycle {
+		fmt.Fprintf(&b, "LIFECYCLE:%s [%s] %s", strings.ToUpper(e.ActivityName), e.SeverityID.short(), e.Message)
+		return b.String()
+	}
 	switch e.ClassUID {
 	case ClassDNS:
 		b.WriteString("DNS:QUERY")

@@ -81,16 +81,16 @@ func Dial(addr, token string, log zerolog.Logger) (*Client, error) {
 	_ = c.Close()
 	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
 	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
-	if err := startRemote(rem); err != nil {
+	if err := StartRemote(rem); err != nil {
 		sys.Shutdown()
 		return nil, err
 	}
 	return &Client{sys: sys, rem: rem, api: actor.NewPID(addr, APIActor), addr: addr, token: token, timeout: 30 * time.Second}, nil
 }
 
-// startRemote starts a remote endpoint, turning protoactor's panic on a
+// StartRemote starts a remote endpoint, turning protoactor's panic on a
 // failed listen into an error.
-func startRemote(rem *remote.Remote) (err error) {
+func StartRemote(rem *remote.Remote) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("start remote endpoint: %v", r)

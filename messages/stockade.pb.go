@@ -1015,6 +1015,52 @@ func (x *WorkloadExited) GetSignal() string {
 	return ""
 }
 
+// HeartbeatAck answers a Heartbeat; a supervisor that gets none for three
+// periods says Hello again (the gateway restarted or the session was cut).
+type HeartbeatAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatAck) Reset() {
+	*x = HeartbeatAck{}
+	mi := &file_stockade_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatAck) ProtoMessage() {}
+
+func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
+func (*HeartbeatAck) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HeartbeatAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -1103,7 +1149,9 @@ const file_stockade_proto_rawDesc = "" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x16\n" +
-	"\x06signal\x18\x04 \x01(\tR\x06signal*\x9e\x01\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\" \n" +
+	"\fHeartbeatAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq*\x9e\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -1136,7 +1184,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1151,21 +1199,22 @@ var file_stockade_proto_goTypes = []any{
 	(*HelloAck)(nil),       // 10: stockade.v1.HelloAck
 	(*Heartbeat)(nil),      // 11: stockade.v1.Heartbeat
 	(*WorkloadExited)(nil), // 12: stockade.v1.WorkloadExited
-	nil,                    // 13: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 14: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 15: actor.PID
+	(*HeartbeatAck)(nil),   // 13: stockade.v1.HeartbeatAck
+	nil,                    // 14: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 15: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 16: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	13, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	14, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	15, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	16, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	15, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	14, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	16, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
+	15, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	10, // [10:10] is the sub-list for method output_type
 	10, // [10:10] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1184,7 +1233,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/sandbox/nsrun"
 )
 
 // Exit codes (DESIGN.md, "Client verbs").
@@ -33,6 +34,8 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	// A re-exec'd sandbox stage (init or exec) runs here and never returns.
+	nsrun.MaybeRunStage()
 	logx.ConfigureGlobals()
 	root := newRootCmd()
 	err := root.Execute()
@@ -59,6 +62,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: json, console, auto (console on a terminal)")
-	root.AddCommand(newPolicyCmd(), newBoundaryCmd())
+	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd())
 	return root
 }

@@ -1,0 +1,68 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// Env is what every sandbox actor shares; it is immutable after Start.
+type Env struct {
+	Store    *store.Store
+	StateDir string
+	// Gateway is the API address supervisors dial back to.
+	Gateway string
+	// Token authenticates clients and supervisors.
+	Token string
+	// Binary is the stockade binary the driver starts as supervisor.
+	Binary string
+	// Boundary settings handed to every supervisor.
+	Hosts         string
+	DNSUpstream   string
+	AllowLoopback bool
+	Lifecycle     lifecycle.Config
+	Log           zerolog.Logger
+	Counters      *supervise.Counters
+}
+
+var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// CheckName validates a sandbox name (DNS-label rules: it names a
+// directory, a host in ssh-config, and an actor).
+func CheckName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("sandbox name %q: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// Dir is the sandbox's directory under the state dir.
+func (e *Env) Dir(name string) string { return filepath.Join(e.StateDir, "sandboxes", name) }
+
+// Workspace is the sandbox's workspace (/sandbox inside).
+func (e *Env) Workspace(name string) string { return filepath.Join(e.Dir(name), "workspace") }
+
+// SpecFile is where the gateway hands the supervisor its spec.
+func (e *Env) SpecFile(name string) string { return filepath.Join(e.Dir(name), "spec.json") }
+
+// LifecycleAudit is the sandbox's lifecycle audit file (class 6002); the
+// supervisor writes decisions to audit.jsonl beside it.
+func (e *Env) LifecycleAudit(name string) string {
+	return filepath.Join(e.Dir(name), "lifecycle.jsonl")
+}
+
+// openLifecycleAudit opens the lifecycle audit file of a sandbox.
+func (e *Env) openLifecycleAudit(name string) (*audit.File, error) {
+	if err := os.MkdirAll(e.Dir(name), 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox %s: create %s: %w", name, e.Dir(name), err)
+	}
+	return audit.OpenFile(e.LifecycleAudit(name), audit.WithErrorLog(e.Log), audit.WithFlushInterval(0))
+}

@@ -1,0 +1,481 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/driver/process"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/policy/reason"
+	"github.com/stockade-dev/stockade/sandbox/spec"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// supervisorMarker is in every supervisor's command line (Adopt checks it).
+const supervisorMarker = "supervisor"
+
+// stopGrace is how long a graceful stop waits before SIGKILL.
+const stopGrace = 10 * time.Second
+
+// sandboxActor is sandbox/NAME. Its state is the store record; after a
+// restart it reloads it and adopts the supervisor if it still runs.
+type sandboxActor struct {
+	env  *Env
+	name string
+	// init is set for a create; nil for a restore.
+	init *create
+
+	m          *lifecycle.Machine
+	rec        store.Record
+	sup        *process.Handle
+	session    *actor.PID // the session child of the current instance
+	hbRestarts map[string]int64
+	sessions   int // session children spawned (names session/N)
+	cancel     scheduler.CancelFunc
+	audit      *audit.File
+	timers     *scheduler.TimerScheduler
+}
+
+func (a *sandboxActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.timers = scheduler.NewTimerScheduler(ctx)
+		a.start(ctx)
+	case *messages.SandboxRequest:
+		a.verb(ctx, m)
+	case *messages.Hello:
+		a.hello(ctx, m)
+	case *messages.WorkloadExited:
+		if m.Instance == a.rec.InstanceID {
+			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })
+		}
+	case *messages.Heartbeat:
+		a.hbRestarts = m.Restarts
+		if m.WorkloadPid != 0 && int(m.WorkloadPid) != a.rec.WorkloadPID {
+			a.rec.WorkloadPID = int(m.WorkloadPid)
+			a.persist(ctx)
+		}
+	case *timerFired:
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.TimerFired{Seq: m.seq}) })
+	case *supervisorExited:
+		if m.instance != a.rec.InstanceID {
+			return // an earlier instance, already replaced
+		}
+		a.sup = nil
+		a.dropSession(ctx)
+		a.step(ctx, func() (lifecycle.Transition, error) {
+			return a.m.On(lifecycle.SupervisorLost{Detail: m.detail})
+		})
+	case *actionDone:
+		a.afterAction(ctx, m)
+	case *actor.Terminated:
+		if a.session != nil && m.Who.Equal(a.session) {
+			a.session = nil
+			a.step(ctx, func() (lifecycle.Transition, error) {
+				return a.m.On(lifecycle.SessionLost{Detail: "no heartbeat from the supervisor"})
+			})
+		}
+	case *actor.Stopping:
+		if a.cancel != nil {
+			a.cancel()
+		}
+		if a.audit != nil {
+			_ = a.audit.Close()
+		}
+	}
+}
+
+func (a *sandboxActor) start(ctx actor.Context) {
+	af, err := a.env.openLifecycleAudit(a.name)
+	if err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("lifecycle audit unavailable")
+	}
+	a.audit = af
+	if a.init != nil {
+		a.rec = store.Record{Spec: a.init.spec, Intent: store.IntentRunning}
+		a.m = lifecycle.New(a.lifecycleConfig())
+		t, err := a.m.Apply(lifecycle.VerbCreate)
+		if err != nil {
+			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+			ctx.Stop(ctx.Self())
+			return
+		}
+		if err := os.MkdirAll(a.env.Workspace(a.name), 0o755); err != nil {
+			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL,
+				Message: fmt.Sprintf("create workspace %s: %v", a.env.Workspace(a.name), err)})
+			ctx.Stop(ctx.Self())
+			return
+		}
+		if err := a.persistErr(); err != nil {
+			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+			ctx.Stop(ctx.Self())
+			return
+		}
+		// Acknowledged only now: the record is on disk.
+		ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
+		a.carryOut(ctx, t)
+		return
+	}
+	rec, err := a.env.Store.Get(a.name)
+	if err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("sandbox record unreadable; actor stops")
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.rec = rec
+	h, err := process.Adopt(rec.SupervisorPID, supervisorMarker)
+	alive := err == nil
+	if alive {
+		a.sup = h
+		a.watch(ctx, h, rec.InstanceID)
+	}
+	m, t, err := lifecycle.Restore(rec.Lifecycle, a.lifecycleConfig(), alive)
+	if err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("restore lifecycle")
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.m = m
+	a.env.Log.Info().Str("sandbox", a.name).Bool("supervisor_alive", alive).Int("supervisor_pid", rec.SupervisorPID).
+		Str("phase", m.Phase().String()).Msg("sandbox re-adopted")
+	a.finish(ctx, t)
+}
+
+func (a *sandboxActor) lifecycleConfig() lifecycle.Config {
+	c := a.env.Lifecycle
+	c.Restart = a.rec.Spec.Restart
+	return c
+}
+
+// verb applies a client verb: one machine step, persisted before the reply.
+func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
+	if req.Verb == messages.Verb_VERB_GET {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
+		return
+	}
+	v, ok := verbOf(req.Verb)
+	if !ok {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("unknown verb %s", req.Verb)})
+		return
+	}
+	t, err := a.m.Apply(v)
+	if err != nil {
+		var re *lifecycle.RefusedError
+		if errors.As(err, &re) {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s: %v", a.name, err), Sandbox: a.status()})
+			return
+		}
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		return
+	}
+	switch v {
+	case lifecycle.VerbStart, lifecycle.VerbRecover:
+		a.rec.Intent = store.IntentRunning
+	case lifecycle.VerbStop, lifecycle.VerbStopForce:
+		a.rec.Intent = store.IntentStopped
+	case lifecycle.VerbDelete, lifecycle.VerbDeleteKeepWorkspace:
+		a.rec.Intent, a.rec.KeepWorkspace = store.IntentDeleted, v == lifecycle.VerbDeleteKeepWorkspace
+	}
+	if err := a.persistErr(); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		return
+	}
+	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
+	a.carryOut(ctx, t)
+}
+
+func verbOf(v messages.Verb) (lifecycle.Verb, bool) {
+	switch v {
+	case messages.Verb_VERB_START:
+		return lifecycle.VerbStart, true
+	case messages.Verb_VERB_STOP:
+		return lifecycle.VerbStop, true
+	case messages.Verb_VERB_STOP_FORCE:
+		return lifecycle.VerbStopForce, true
+	case messages.Verb_VERB_RECOVER:
+		return lifecycle.VerbRecover, true
+	case messages.Verb_VERB_DELETE:
+		return lifecycle.VerbDelete, true
+	case messages.Verb_VERB_DELETE_KEEP_WORKSPACE:
+		return lifecycle.VerbDeleteKeepWorkspace, true
+	default:
+		return 0, false
+	}
+}
+
+// step runs one machine step for an event and carries it out. An event the
+// machine does not expect in this phase is logged and ignored.
+func (a *sandboxActor) step(ctx actor.Context, f func() (lifecycle.Transition, error)) {
+	t, err := f()
+	if err != nil {
+		a.env.Log.Info().Err(err).Str("sandbox", a.name).Msg("event ignored")
+		return
+	}
+	a.finish(ctx, t)
+}
+
+// finish persists a transition, then carries it out.
+func (a *sandboxActor) finish(ctx actor.Context, t lifecycle.Transition) {
+	if !t.Done {
+		a.persist(ctx)
+	}
+	a.carryOut(ctx, t)
+}
+
+func (a *sandboxActor) persistErr() error {
+	a.rec.Lifecycle = a.m.Snapshot()
+	if err := a.env.Store.Put(context.Background(), a.rec); err != nil {
+		return fmt.Errorf("sandbox %s: save state: %w", a.name, err)
+	}
+	return nil
+}
+
+// persist saves the record; a failed write is logged (the in-memory state
+// goes on; the next step writes again).
+func (a *sandboxActor) persist(ctx actor.Context) {
+	if err := a.persistErr(); err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("state not saved")
+	}
+	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
+}
+
+// carryOut audits the transition's records, arms its timer and performs its
+// action.
+func (a *sandboxActor) carryOut(ctx actor.Context, t lifecycle.Transition) {
+	for _, r := range t.Records {
+		a.recordTransition(r)
+	}
+	if t.Timer.Kind != lifecycle.TimerNone {
+		if a.cancel != nil {
+			a.cancel()
+		}
+		a.cancel = a.timers.SendOnce(time.Until(t.Timer.At), ctx.Self(), &timerFired{seq: t.Timer.Seq})
+	}
+	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
+	switch t.Action {
+	case lifecycle.ActionSpawn:
+		a.spawn(ctx)
+	case lifecycle.ActionStop:
+		a.stopSupervisor(ctx, stopGrace)
+	case lifecycle.ActionKill:
+		a.stopSupervisor(ctx, 0)
+	case lifecycle.ActionReap:
+		a.dropSession(ctx)
+		if h := a.sup; h != nil {
+			a.sup = nil
+			go func() { _ = h.Stop(context.Background(), 0) }()
+		}
+	case lifecycle.ActionDelete, lifecycle.ActionDeleteKeepWorkspace:
+		a.stopSupervisor(ctx, 0)
+	}
+	if t.Done {
+		a.env.Log.Info().Str("sandbox", a.name).Bool("keep_workspace", a.rec.KeepWorkspace).Msg("sandbox deleted")
+		ctx.Stop(ctx.Self())
+	}
+}
+
+func (a *sandboxActor) recordTransition(r lifecycle.Record) {
+	a.env.Log.Info().Str("sandbox", a.name).Str("from", r.From.String()).Str("to", r.To.String()).
+		Str("reason", r.Reason.String()).Str("detail", r.Message).Msg("sandbox transition")
+	if a.audit == nil {
+		return
+	}
+	e := audit.NewDecision(audit.ClassLifecycle, true, reason.None)
+	if r.To == lifecycle.PhaseError {
+		e.SeverityID, e.SeverityName = audit.SeverityMedium, audit.SeverityMedium.String()
+	}
+	e.Time = r.At
+	e.ActivityName = r.To.String()
+	e.Sandbox = a.name
+	e.Message = fmt.Sprintf("%s -> %s", r.From, r.To)
+	if r.Reason != lifecycle.ReasonNone {
+		e.Message += " (" + r.Reason.String() + ")"
+	}
+	if r.Message != "" {
+		e.Message += ": " + r.Message
+	}
+	a.audit.Record(e)
+}
+
+// spawn starts a new supervisor instance on the existing workspace.
+func (a *sandboxActor) spawn(ctx actor.Context) {
+	a.dropSession(ctx)
+	if h := a.sup; h != nil {
+		a.sup = nil
+		_ = h.Stop(context.Background(), 0) // never two supervisors on one workspace
+	}
+	inst := newInstance()
+	a.rec.InstanceID, a.rec.WorkloadPID = inst, 0
+	err := a.launch(inst)
+	if err != nil {
+		a.persist(ctx)
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}) })
+		return
+	}
+	a.persist(ctx)
+	a.watch(ctx, a.sup, inst)
+}
+
+func (a *sandboxActor) launch(inst string) error {
+	ws := a.env.Workspace(a.name)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	s := spec.Supervisor{
+		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Token: a.env.Token,
+		Policy: a.rec.Spec.Policy, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
+		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
+		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback,
+	}
+	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
+		return err
+	}
+	h, err := process.Start(process.Spec{
+		Binary:  a.env.Binary,
+		Args:    []string{supervisorMarker, "--spec", a.env.SpecFile(a.name)},
+		LogFile: a.env.Dir(a.name) + "/supervisor.log",
+		Dir:     a.env.Dir(a.name),
+	})
+	if err != nil {
+		return err
+	}
+	a.sup = h
+	a.rec.SupervisorPID = h.Pid
+	return nil
+}
+
+func (a *sandboxActor) watch(ctx actor.Context, h *process.Handle, inst string) {
+	self, sys := ctx.Self(), ctx.ActorSystem()
+	go func() {
+		<-h.Done()
+		detail := "supervisor exited"
+		if err := h.Err(); err != nil {
+			detail = err.Error()
+		}
+		sys.Root.Send(self, &supervisorExited{instance: inst, detail: detail})
+	}()
+}
+
+// stopSupervisor stops the supervisor off the actor and reports actionDone.
+func (a *sandboxActor) stopSupervisor(ctx actor.Context, grace time.Duration) {
+	a.dropSession(ctx)
+	h, inst := a.sup, a.rec.InstanceID
+	a.sup = nil
+	self, sys := ctx.Self(), ctx.ActorSystem()
+	go func() {
+		var err error
+		if h != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
+			err = h.Stop(sctx, grace)
+			cancel()
+		}
+		sys.Root.Send(self, &actionDone{instance: inst, err: err})
+	}()
+}
+
+func (a *sandboxActor) afterAction(ctx actor.Context, m *actionDone) {
+	if m.err != nil {
+		a.env.Log.Warn().Err(m.err).Str("sandbox", a.name).Msg("supervisor stop")
+	}
+	switch a.m.Phase() {
+	case lifecycle.PhaseStopping:
+		a.rec.SupervisorPID, a.rec.WorkloadPID = 0, 0
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StopDone{}) })
+	case lifecycle.PhaseDeleting:
+		if !a.rec.KeepWorkspace {
+			if err := os.RemoveAll(a.env.Workspace(a.name)); err != nil {
+				a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("remove workspace")
+			}
+		}
+		if err := a.env.Store.Delete(context.Background(), a.name); err != nil {
+			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("delete record; retrying on next start")
+			return
+		}
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.DeleteDone{}) })
+	}
+}
+
+// hello accepts a supervisor's session for the current instance.
+func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
+	if h.Instance != a.rec.InstanceID {
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_REFUSED,
+			Message: fmt.Sprintf("instance %s of sandbox %s is not current (current: %s); exit", h.Instance, a.name, a.rec.InstanceID)})
+		return
+	}
+	a.dropSession(ctx)
+	props := actor.PropsFromProducer(func() actor.Actor { return &sessionActor{sandbox: ctx.Self(), remote: h.Supervisor} })
+	a.sessions++
+	pid, err := ctx.SpawnNamed(props, "session/"+strconv.Itoa(a.sessions))
+	if err != nil {
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		return
+	}
+	ctx.Watch(pid)
+	a.session = pid
+	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
+	if a.sup == nil {
+		if hd, err := process.Adopt(int(h.SupervisorPid), supervisorMarker); err == nil {
+			a.sup = hd
+			a.watch(ctx, hd, h.Instance)
+		}
+	}
+	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: heartbeatEvery.Milliseconds()})
+	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}) })
+}
+
+// dropSession ends the current session child without reporting a loss.
+func (a *sandboxActor) dropSession(ctx actor.Context) {
+	if a.session != nil {
+		ctx.Unwatch(a.session)
+		ctx.Stop(a.session)
+		a.session = nil
+	}
+}
+
+func (a *sandboxActor) status() *messages.SandboxStatus {
+	s := a.m.Snapshot()
+	st := &messages.SandboxStatus{
+		Name: a.name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
+		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts),
+		PolicyVersion: a.rec.Spec.PolicyVersion, Workspace: a.env.Workspace(a.name),
+		SupervisorPid: int32(a.rec.SupervisorPID), WorkloadPid: int32(a.rec.WorkloadPID),
+		Restarts: map[string]int64{},
+	}
+	if !s.NextRetry.IsZero() {
+		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
+	}
+	for k, v := range a.hbRestarts {
+		st.Restarts[k] = v
+	}
+	// The sandboxes strategy counts this actor under its name.
+	st.Restarts["sandbox"] = a.env.Counters.Get(a.name, actor.RestartDirective)
+	for _, r := range s.Transitions {
+		st.Transitions = append(st.Transitions, &messages.Transition{From: r.From.String(), To: r.To.String(), Reason: reasonText(r.Reason), AtUnixMs: r.At.UnixMilli()})
+	}
+	return st
+}
+
+// reasonText is "" for no reason (the JSON of `sandbox get`).
+func reasonText(r lifecycle.Reason) string {
+	if r == lifecycle.ReasonNone {
+		return ""
+	}
+	return r.String()
+}
+
+func newInstance() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,162 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/policy"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// DefaultArgv is the workload of a sandbox created without a command: it
+// idles so that exec and connect have somewhere to go.
+var defaultArgv = []string{"/bin/sh", "-c", "exec sleep infinity"}
+
+// Props returns the props of the sandboxes actor: it re-adopts every
+// sandbox in the store when it starts and routes requests by name.
+func Props(env *Env) *actor.Props {
+	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
+		supervise.WithLogger(env.Log), supervise.WithCounters(env.Counters))
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &sandboxesActor{env: env, kids: map[string]*actor.PID{}, status: map[string]*messages.SandboxStatus{}}
+	}, actor.WithSupervisor(strategy), actor.WithReceiverMiddleware(supervise.PanicStack(env.Log)))
+}
+
+type sandboxesActor struct {
+	env    *Env
+	kids   map[string]*actor.PID
+	names  map[string]string // actor id -> sandbox name
+	status map[string]*messages.SandboxStatus
+}
+
+func (a *sandboxesActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.names = map[string]string{}
+		recs, err := a.env.Store.List()
+		if err != nil {
+			a.env.Log.Error().Err(err).Msg("some sandbox records are unreadable")
+		}
+		for _, r := range recs {
+			a.spawn(ctx, r.Spec.Name, nil)
+		}
+		a.env.Log.Info().Int("sandboxes", len(recs)).Msg("sandboxes re-adopted")
+	case *messages.CreateRequest:
+		a.create(ctx, m)
+	case *messages.SandboxRequest:
+		a.route(ctx, m.Name)
+	case *messages.Hello:
+		if pid, ok := a.kids[m.Sandbox]; ok {
+			ctx.Forward(pid)
+			return
+		}
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no sandbox named %s; exit", m.Sandbox)})
+	case *messages.ListRequest:
+		names := make([]string, 0, len(a.status))
+		for n := range a.status {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		reply := &messages.Reply{Status: messages.Status_STATUS_OK}
+		for _, n := range names {
+			reply.Sandboxes = append(reply.Sandboxes, a.status[n])
+		}
+		ctx.Respond(reply)
+	case *statusUpdate:
+		if _, ok := a.kids[m.status.Name]; ok {
+			a.status[m.status.Name] = m.status
+		}
+	case *actor.Terminated:
+		if name, ok := a.names[m.Who.Id]; ok && a.kids[name].Equal(m.Who) {
+			delete(a.kids, name)
+			delete(a.status, name)
+			delete(a.names, m.Who.Id)
+		}
+	}
+}
+
+func (a *sandboxesActor) route(ctx actor.Context, name string) {
+	pid, ok := a.kids[name]
+	if !ok {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_NOT_FOUND,
+			Message: fmt.Sprintf("no sandbox named %q (stockade sandbox list shows them)", name)})
+		return
+	}
+	ctx.Forward(pid)
+}
+
+func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
+	invalid := func(format string, args ...any) {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf(format, args...)})
+	}
+	if err := CheckName(m.Name); err != nil {
+		invalid("%v", err)
+		return
+	}
+	if _, ok := a.kids[m.Name]; ok {
+		phase := "?"
+		if st := a.status[m.Name]; st != nil {
+			phase = st.Phase
+		}
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
+			Message: fmt.Sprintf("sandbox %s already exists (phase %s): delete it first, or pick another name", m.Name, phase)})
+		return
+	}
+	file := m.PolicyFile
+	if file == "" {
+		file = "policy.yaml"
+	}
+	if _, err := policy.Parse(file, m.Policy); err != nil {
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			invalid("invalid policy:\n%v", list)
+			return
+		}
+		invalid("invalid policy: %v", err)
+		return
+	}
+	restart, err := lifecycle.ParseRestartPolicy(m.Restart)
+	if m.Restart == "" {
+		restart, err = lifecycle.RestartOnFailure, nil
+	}
+	if err != nil {
+		invalid("%v", err)
+		return
+	}
+	argv := m.Argv
+	if len(argv) == 0 {
+		argv = defaultArgv
+	}
+	spec := store.Spec{Name: m.Name, Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
+		Argv: argv, Restart: restart, Created: time.Now()}
+	a.spawn(ctx, m.Name, &create{spec: spec, respondTo: ctx.Sender()})
+}
+
+func (a *sandboxesActor) spawn(ctx actor.Context, name string, c *create) {
+	env := a.env
+	props := actor.PropsFromProducer(func() actor.Actor {
+		// A restarted sandbox actor reloads its record: the create happens once.
+		init := c
+		c = nil
+		return &sandboxActor{env: env, name: name, init: init}
+	}, actor.WithReceiverMiddleware(supervise.PanicStack(env.Log)),
+		actor.WithSupervisor(supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(env.Log), supervise.WithCounters(env.Counters))))
+	pid, err := ctx.SpawnNamed(props, "sandbox/"+name)
+	if err != nil {
+		if c != nil {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("spawn sandbox %s: %v", name, err)})
+		}
+		env.Log.Error().Err(err).Str("sandbox", name).Msg("spawn sandbox actor")
+		return
+	}
+	a.kids[name] = pid
+	a.names[pid.Id] = name
+	ctx.Watch(pid)
+}

@@ -1,0 +1,37 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/messages"
+)
+
+// heartbeatEvery is the supervisor's heartbeat period; a session with no
+// heartbeat for three periods is lost.
+const heartbeatEvery = time.Second
+
+// sessionActor is sandbox/NAME/session/N, the gateway's end of one
+// supervisor session. It forwards the supervisor's messages to the sandbox
+// actor and stops itself when heartbeats stop; the sandbox actor watches it
+// and turns that Terminated into Error/SessionLost.
+type sessionActor struct {
+	sandbox *actor.PID
+	remote  *actor.PID // the supervisor's session actor (for later use: stop, exec)
+}
+
+func (s *sessionActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		ctx.SetReceiveTimeout(3 * heartbeatEvery)
+	case *messages.Heartbeat:
+		ctx.Send(s.sandbox, m)
+		ctx.Respond(&messages.HeartbeatAck{Seq: m.Seq})
+	case *messages.WorkloadExited:
+		ctx.Send(s.sandbox, m)
+		ctx.Respond(&messages.HeartbeatAck{})
+	case *actor.ReceiveTimeout:
+		ctx.Stop(ctx.Self())
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stockade-dev/stockade/actors/gateway"
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/supervisor"
+)
+
+func newGatewayCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "gateway", Short: "A gateway node: sandboxes, their state and the API"}
+	var cfg gateway.Config
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
+		Long: `Run a gateway: the API for clients on --listen (127.0.0.1:7420), state in
+bbolt under --state-dir, one supervisor process per sandbox. Sandboxes keep
+running when the gateway stops; the next gateway re-adopts them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Log = newLogger(cmd)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := gateway.Run(ctx, cfg); err != nil {
+				return &exitError{exitFailure, err}
+			}
+			return nil
+		},
+	}
+	f := run.Flags()
+	f.StringVar(&cfg.StateDir, "state-dir", client.DefaultStateDir(), "state directory (bbolt file, client token, workspaces)")
+	f.StringVar(&cfg.Listen, "listen", client.DefaultGateway, "API address")
+	f.StringVar(&cfg.Hosts, "hosts", "", "static names (/etc/hosts format) for the sandboxes' DNS and proxy (offline use)")
+	f.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT for the sandboxes (default: /etc/resolv.conf)")
+	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
+	cmd.AddCommand(run)
+	return cmd
+}
+
+func newSupervisorCmd() *cobra.Command {
+	var specPath string
+	cmd := &cobra.Command{
+		Use:    "supervisor --spec FILE",
+		Short:  "Run one sandbox (started by a gateway's driver)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := supervisor.Run(context.Background(), specPath, newLogger(cmd)); err != nil {
+				return &exitError{exitFailure, err}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&specPath, "spec", "", "the spec file the gateway wrote")
+	_ = cmd.MarkFlagRequired("spec")
+	return cmd
+}

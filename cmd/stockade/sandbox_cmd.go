@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/messages"
+)
+
+type clientOpts struct {
+	gateway  string
+	stateDir string
+}
+
+func newSandboxCmd() *cobra.Command {
+	var co clientOpts
+	cmd := &cobra.Command{Use: "sandbox", Short: "Create and manage sandboxes on a gateway"}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
+	pf.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
+	cmd.AddCommand(newCreateCmd(&co), newGetCmd(&co), newListCmd(&co), newLogsCmd(&co),
+		newVerbCmd(&co, "stop NAME", "Stop a sandbox (works from Ready, Error, Recovering, Provisioning)", messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE),
+		newVerbCmd(&co, "start NAME", "Start a stopped, completed or failed sandbox on its workspace", messages.Verb_VERB_START, "", 0),
+		newVerbCmd(&co, "recover NAME", "Recover a sandbox in Error or Recovering now (resets the attempt count)", messages.Verb_VERB_RECOVER, "", 0),
+		newVerbCmd(&co, "delete NAME", "Delete a sandbox and its workspace", messages.Verb_VERB_DELETE, "keep-workspace", messages.Verb_VERB_DELETE_KEEP_WORKSPACE),
+	)
+	return cmd
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// dial connects to the gateway; failures are exit code 5.
+func (co *clientOpts) dial(cmd *cobra.Command) (*client.Client, error) {
+	tok, err := client.LoadToken(co.stateDir)
+	if err != nil {
+		return nil, &exitError{exitUnreachable, err}
+	}
+	lvl, _ := cmd.Flags().GetString("log-level")
+	log := newLogger(cmd)
+	if lvl == "info" {
+		log = log.Level(3) // clients stay quiet unless asked (warn)
+	}
+	c, err := client.Dial(co.gateway, tok, log)
+	if err != nil {
+		return nil, &exitError{exitUnreachable, err}
+	}
+	return c, nil
+}
+
+func request(c *client.Client, msg any) (*messages.Reply, error) {
+	var reply *messages.Reply
+	var err error
+	switch m := msg.(type) {
+	case *messages.CreateRequest:
+		reply, err = c.Request(context.Background(), m)
+	case *messages.SandboxRequest:
+		reply, err = c.Request(context.Background(), m)
+	case *messages.ListRequest:
+		reply, err = c.Request(context.Background(), m)
+	}
+	if err != nil {
+		if errors.Is(err, client.ErrUnreachable) {
+			return nil, &exitError{exitUnreachable, err}
+		}
+		return nil, &exitError{exitFailure, err}
+	}
+	if reply.Status != messages.Status_STATUS_OK {
+		return reply, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
+	}
+	return reply, nil
+}
+
+func newCreateCmd(co *clientOpts) *cobra.Command {
+	var policyFile, workdir, restart string
+	var noWait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "create NAME --policy FILE [--workdir DIR] [--no-wait] [-- CMD ARGS...]",
+		Short: "Create a sandbox and wait until it is Ready",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pol, err := os.ReadFile(policyFile)
+			if err != nil {
+				return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
+			}
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			name := args[0]
+			reply, err := request(c, &messages.CreateRequest{Token: c.Token(), Name: name, PolicyFile: filepath.Base(policyFile),
+				Policy: pol, Workdir: workdir, Argv: args[1:], Restart: restart})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %s\n", name, reply.Sandbox.Phase)
+			if noWait {
+				return nil
+			}
+			return waitReady(c, out, name, reply.Sandbox.Phase, timeout)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&policyFile, "policy", "", "policy file (OpenShell v1 YAML); required")
+	f.StringVar(&workdir, "workdir", "", "working directory inside (default /sandbox)")
+	f.StringVar(&restart, "restart", "on-failure", "restart policy: always, on-failure, never")
+	f.BoolVar(&noWait, "no-wait", false, "return once the sandbox is recorded, without waiting for Ready")
+	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for Ready")
+	_ = cmd.MarkFlagRequired("policy")
+	return cmd
+}
+
+// waitReady polls the sandbox, printing each phase as it passes, until
+// Ready (or Completed: the workload already ran to its end).
+func waitReady(c *client.Client, out io.Writer, name, last string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: name, Verb: messages.Verb_VERB_GET})
+		if err != nil {
+			return err
+		}
+		st := reply.Sandbox
+		if st.Phase != last {
+			line := fmt.Sprintf("%s: %s", name, st.Phase)
+			if st.Reason != "" {
+				line += "/" + st.Reason
+			}
+			if st.Message != "" && st.Phase != "Ready" {
+				line += ": " + st.Message
+			}
+			fmt.Fprintln(out, line)
+			last = st.Phase
+		}
+		switch st.Phase {
+		case "Ready", "Completed":
+			return nil
+		case "Error":
+			if st.Reason == "RecoveryExhausted" {
+				return &exitError{exitFailure, fmt.Errorf("sandbox %s: %s: %s (stockade sandbox recover %s tries again)", name, st.Reason, st.Message, name)}
+			}
+		}
+		if time.Now().After(deadline) {
+			return &exitError{exitFailure, fmt.Errorf("sandbox %s is %s after %s (see stockade sandbox get %s)", name, st.Phase, timeout, name)}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag string, flagVerb messages.Verb) *cobra.Command {
+	var alt bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			v := verb
+			if alt {
+				v = flagVerb
+			}
+			reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: args[0], Verb: v})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], reply.Sandbox.Phase)
+			return nil
+		},
+	}
+	if flag != "" {
+		cmd.Flags().BoolVar(&alt, flag, false, map[string]string{
+			"force":          "kill at once, without the grace period",
+			"keep-workspace": "keep the workspace directory",
+		}[flag])
+	}
+	return cmd
+}
+
+// statusView is `sandbox get -o json|yaml`: camelCase keys, stable (DESIGN.md).
+type statusView struct {
+	Name             string           `json:"name" yaml:"name"`
+	Phase            string           `json:"phase" yaml:"phase"`
+	Reason           string           `json:"reason" yaml:"reason"`
+	Message          string           `json:"message" yaml:"message"`
+	Since            string           `json:"since" yaml:"since"`
+	RecoveryAttempts int32            `json:"recoveryAttempts" yaml:"recoveryAttempts"`
+	NextRetry        string           `json:"nextRetry" yaml:"nextRetry"`
+	PolicyVersion    uint64           `json:"policyVersion" yaml:"policyVersion"`
+	Workspace        string           `json:"workspace" yaml:"workspace"`
+	SupervisorPid    int32            `json:"supervisorPid" yaml:"supervisorPid"`
+	WorkloadPid      int32            `json:"workloadPid" yaml:"workloadPid"`
+	Restarts         map[string]int64 `json:"restarts" yaml:"restarts"`
+	Transitions      []transitionView `json:"transitions" yaml:"transitions"`
+}
+
+type transitionView struct {
+	From   string `json:"from" yaml:"from"`
+	To     string `json:"to" yaml:"to"`
+	Reason string `json:"reason" yaml:"reason"`
+	At     string `json:"at" yaml:"at"`
+}
+
+func msTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func viewOf(s *messages.SandboxStatus) statusView {
+	v := statusView{Name: s.Name, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
+		RecoveryAttempts: s.RecoveryAttempts, NextRetry: msTime(s.NextRetryUnixMs), PolicyVersion: s.PolicyVersion,
+		Workspace: s.Workspace, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
+		Transitions: []transitionView{}}
+	if v.Restarts == nil {
+		v.Restarts = map[string]int64{}
+	}
+	for _, t := range s.Transitions {
+		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs)})
+	}
+	return v
+}
+
+func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		return yaml.NewEncoder(w).Encode(v)
+	case "table", "":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		table(tw)
+		return tw.Flush()
+	default:
+		return &exitError{exitUsage, fmt.Errorf("-o %q: want table, json or yaml", format)}
+	}
+}
+
+func newGetCmd(co *clientOpts) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "get NAME [-o table|json|yaml]",
+		Short: "Show a sandbox: phase, reason, message, recovery, pids, transitions",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: args[0], Verb: messages.Verb_VERB_GET})
+			if err != nil {
+				return err
+			}
+			v := viewOf(reply.Sandbox)
+			return render(cmd.OutOrStdout(), format, v, func(tw *tabwriter.Writer) {
+				fmt.Fprintf(tw, "name\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%d\nworkload pid\t%d\n",
+					v.Name, v.Phase, dash(v.Reason), dash(v.Message), v.Since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion, v.Workspace, v.SupervisorPid, v.WorkloadPid)
+				var rs []string
+				for k, n := range v.Restarts {
+					rs = append(rs, fmt.Sprintf("%s=%d", k, n))
+				}
+				fmt.Fprintf(tw, "restarts\t%s\n", dash(strings.Join(rs, " ")))
+				for _, t := range v.Transitions {
+					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, t.From, t.To, t.Reason)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&format, "output", "o", "table", "table, json or yaml")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newListCmd(co *clientOpts) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "list [-o table|json|yaml]",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			reply, err := request(c, &messages.ListRequest{Token: c.Token()})
+			if err != nil {
+				return err
+			}
+			views := []statusView{}
+			for _, s := range reply.Sandboxes {
+				views = append(views, viewOf(s))
+			}
+			return render(cmd.OutOrStdout(), format, views, func(tw *tabwriter.Writer) {
+				fmt.Fprintln(tw, "NAME\tPHASE\tREASON\tSINCE")
+				for _, v := range views {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Phase, dash(v.Reason), v.Since)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&format, "output", "o", "table", "table, json or yaml")
+	return cmd
+}

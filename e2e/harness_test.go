@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
+)
+
+var bin string // the stockade binary under test
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stockade-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "stockade")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/stockade").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build stockade: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// world is a gateway with its state dir, an offline upstream and a policy.
+type world struct {
+	t       *testing.T
+	state   string
+	addr    string
+	gw      *exec.Cmd
+	gwLog   *lockedBuf
+	hosts   string
+	policy  string
+	webPort int
+	gwDone  chan error
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	testenv.NeedRoot(t) // user namespaces mapping an unprivileged host range
+	testenv.NeedTool(t, "curl", "curl")
+	w := &world{t: t, state: t.TempDir()}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "upstream says hi to %s", r.Host)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	w.webPort = ln.Addr().(*net.TCPAddr).Port
+	files := t.TempDir()
+	w.hosts = filepath.Join(files, "hosts")
+	w.policy = filepath.Join(files, "policy.yaml")
+	write(t, w.hosts, "127.0.0.1 api.test other.test\n")
+	write(t, w.policy, fmt.Sprintf(`version: 1
+filesystem_policy:
+  read_only: [/usr, /lib, /lib64, /bin, /sbin, /etc]
+  read_write: [/sandbox, /tmp, /dev/null]
+landlock:
+  compatibility: best_effort
+network_policies:
+  api:
+    name: api
+    endpoints: [{ host: api.test, port: %d }]
+    binaries: [{ path: /usr/bin/curl }]
+`, w.webPort))
+	w.startGateway()
+	t.Cleanup(w.shutdown)
+	return w
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) startGateway() {
+	w.t.Helper()
+	listen := "127.0.0.1:0"
+	if w.addr != "" {
+		listen = w.addr // a restart keeps the address supervisors know
+	}
+	w.gwLog = &lockedBuf{}
+	w.gw = exec.Command(bin, "gateway", "run", "--state-dir", w.state, "--listen", listen,
+		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.gw.Stdout, w.gw.Stderr = pw, pw
+	if err := w.gw.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	_ = pw.Close()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = w.gwLog.Write([]byte(line + "\n"))
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "gateway ready" {
+				ready <- m["api"].(string)
+			}
+		}
+	}()
+	w.gwDone = make(chan error, 1)
+	cmd := w.gw
+	go func() { w.gwDone <- cmd.Wait() }()
+	select {
+	case w.addr = <-ready:
+	case err := <-w.gwDone:
+		w.t.Fatalf("gateway exited: %v\n%s", err, w.gwLog)
+	case <-time.After(20 * time.Second):
+		w.t.Fatalf("gateway not ready in 20 s\n%s", w.gwLog)
+	}
+}
+
+// killGateway SIGKILLs the gateway (its sandboxes keep running).
+func (w *world) killGateway() {
+	_ = w.gw.Process.Signal(syscall.SIGKILL)
+	<-w.gwDone
+}
+
+// shutdown stops the gateway and kills every supervisor of this state dir.
+func (w *world) shutdown() {
+	_ = w.gw.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.gwDone:
+	case <-time.After(10 * time.Second):
+		_ = w.gw.Process.Kill()
+	}
+	for _, pid := range supervisorsOf(w.state) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if w.t.Failed() {
+		w.t.Logf("gateway log:\n%s", w.gwLog)
+	}
+}
+
+// supervisorsOf lists supervisor processes whose spec lies under state.
+func supervisorsOf(state string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(b), "supervisor") && strings.Contains(string(b), state) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cli runs a client verb; it returns stdout, stderr and the exit code.
+func (w *world) cli(args ...string) (string, string, int) {
+	w.t.Helper()
+	cmd := exec.Command(bin, append([]string{"sandbox", "--state-dir", w.state}, args...)...)
+	cmd.Env = append(os.Environ(), "STOCKADE_GATEWAY="+w.addr)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		w.t.Fatalf("run %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// status is `sandbox get -o json`.
+type status struct {
+	Name             string           `json:"name"`
+	Phase            string           `json:"phase"`
+	Reason           string           `json:"reason"`
+	Message          string           `json:"message"`
+	RecoveryAttempts int              `json:"recoveryAttempts"`
+	Workspace        string           `json:"workspace"`
+	SupervisorPid    int              `json:"supervisorPid"`
+	WorkloadPid      int              `json:"workloadPid"`
+	Restarts         map[string]int64 `json:"restarts"`
+	Transitions      []struct {
+		From, To, Reason string
+	} `json:"transitions"`
+}
+
+func (w *world) get(name string) (status, int) {
+	w.t.Helper()
+	out, errOut, code := w.cli("get", name, "-o", "json")
+	var s status
+	if code == 0 {
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			w.t.Fatalf("get %s: %v\n%s%s", name, err, out, errOut)
+		}
+	}
+	return s, code
+}
+
+// waitPhase polls until the sandbox is in phase (and cond holds).
+func (w *world) waitPhase(name, phase string, timeout time.Duration, cond func(status) bool) status {
+	w.t.Helper()
+	var last status
+	testenv.Eventually(w.t, timeout, func() bool {
+		s, code := w.get(name)
+		last = s
+		return code == 0 && s.Phase == phase && (cond == nil || cond(s))
+	}, "sandbox %s to reach %s (last: %+v)", name, phase, &last)
+	return last
+}
+
+// create makes a sandbox running script under sh and waits for Ready.
+func (w *world) create(name, script string, extra ...string) status {
+	w.t.Helper()
+	args := append([]string{"create", name, "--policy", w.policy}, extra...)
+	args = append(args, "--", "/bin/sh", "-c", script)
+	out, errOut, code := w.cli(args...)
+	if code != 0 {
+		w.t.Fatalf("create %s: exit %d\n%s%s", name, code, out, errOut)
+	}
+	if !strings.Contains(out, name+": Provisioning") || !strings.Contains(out, name+": Ready") {
+		w.t.Fatalf("create did not show the phases as they passed:\n%s", out)
+	}
+	s, _ := w.get(name)
+	return s
+}
+
+// file waits for a file the workload writes into its workspace.
+func (w *world) file(s status, name string) string {
+	w.t.Helper()
+	p := filepath.Join(s.Workspace, name)
+	var b []byte
+	testenv.Eventually(w.t, 15*time.Second, func() bool {
+		var err error
+		b, err = os.ReadFile(p)
+		return err == nil && bytes.HasSuffix(b, []byte("\n"))
+	}, "workload to write %s", p)
+	return string(b)
+}

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCreateBoundaryAndEscapes covers issue 3's end-to-end points 1 and 2:
+// Ready; an allowed request through the proxy reaches the local upstream; a
+// request to another name is denied and a name in no policy is REFUSED,
+// both audited; the workload cannot reach the gateway's API port, connect
+// anywhere directly, write outside read_write nor read outside the policy.
+func TestCreateBoundaryAndEscapes(t *testing.T) {
+	w := newWorld(t)
+	apiPort := w.addr[strings.LastIndexByte(w.addr, ':')+1:]
+	script := fmt.Sprintf(`
+curl -sS -m 5 http://api.test:%[1]d/x > /sandbox/allowed 2>&1; echo "rc=$?" >> /sandbox/allowed
+curl -sS -m 5 -o /dev/null -w '%%{http_code}\n' http://other.test:%[1]d/ > /sandbox/denied 2>&1
+getent hosts example.org > /sandbox/dns 2>&1; echo "rc=$?" >> /sandbox/dns
+curl -sS -m 3 --noproxy '*' http://127.0.0.1:%[2]s/ > /sandbox/gateway 2>&1; echo "rc=$?" >> /sandbox/gateway
+curl -sS -m 3 --noproxy "*" http://127.0.0.1:%[1]d/ > /sandbox/direct 2>&1; echo "rc=$?" >> /sandbox/direct
+(echo x > /usr/stockade-escape) 2> /sandbox/write; echo "rc=$?" >> /sandbox/write
+(ls /var) > /sandbox/read 2>&1; echo "rc=$?" >> /sandbox/read
+(cat %[3]s/client.token) > /sandbox/token 2>&1; echo "rc=$?" >> /sandbox/token
+echo done > /sandbox/done
+exec sleep 1000`, w.webPort, apiPort, w.state)
+	s := w.create("box", script)
+	if s.WorkloadPid == 0 || s.SupervisorPid == 0 {
+		t.Fatalf("Ready without pids: %+v", s)
+	}
+	w.file(s, "done")
+	if got := w.file(s, "allowed"); !strings.Contains(got, "upstream says hi to api.test") || !strings.Contains(got, "rc=0") {
+		t.Fatalf("allowed request: %q", got)
+	}
+	if got := w.file(s, "denied"); strings.TrimSpace(got) != "403" {
+		t.Fatalf("request to other.test: %q, want 403", got)
+	}
+	if got := w.file(s, "dns"); strings.Contains(got, "rc=0") {
+		t.Fatalf("getent example.org resolved: %q", got)
+	}
+	for _, f := range []string{"gateway", "direct", "write", "read", "token"} {
+		if got := w.file(s, f); strings.Contains(got, "rc=0") {
+			t.Errorf("escape %q succeeded from inside: %q", f, got)
+		}
+	}
+	if _, err := os.Stat("/usr/stockade-escape"); err == nil {
+		_ = os.Remove("/usr/stockade-escape")
+		t.Fatal("the workload wrote /usr/stockade-escape on the host")
+	}
+	out, _, code := w.cli("logs", "box", "--audit")
+	if code != 0 || !strings.Contains(out, "[reason:policy_dns_ineligible]") || !strings.Contains(out, "[reason:endpoint_not_allowed]") ||
+		!strings.Contains(out, "ALLOWED /usr/bin/curl(") {
+		t.Fatalf("logs --audit lacks the decisions:\n%s", out)
+	}
+}
+
+// TestSupervisorKillRecovers is point 3: SIGKILL the supervisor ->
+// Error/SupervisorLost -> Recovering -> Ready within 10 s; the workspace is
+// intact.
+func TestSupervisorKillRecovers(t *testing.T) {
+	w := newWorld(t)
+	s := w.create("phoenix", `echo keep > /sandbox/before; exec sleep 1000`)
+	w.file(s, "before")
+	if err := syscall.Kill(s.SupervisorPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := w.waitPhase("phoenix", "Ready", 10*time.Second, func(n status) bool { return n.SupervisorPid != s.SupervisorPid })
+	t.Logf("Ready again after %s (supervisor %d -> %d)", time.Since(start).Round(time.Millisecond), s.SupervisorPid, r.SupervisorPid)
+	var sawError, sawRecovering bool
+	for _, tr := range r.Transitions {
+		sawError = sawError || (tr.To == "Error" && tr.Reason == "SupervisorLost")
+		sawRecovering = sawRecovering || tr.To == "Recovering"
+	}
+	if !sawError || !sawRecovering {
+		t.Fatalf("transitions lack Error/SupervisorLost -> Recovering: %+v", r.Transitions)
+	}
+	if got := w.file(r, "before"); got != "keep\n" {
+		t.Fatalf("workspace file after recovery: %q", got)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", s.WorkloadPid)); err == nil {
+		t.Fatalf("the old workload %d outlived its supervisor", s.WorkloadPid)
+	}
+}
+
+// TestGatewayRestartReadopts is point 4: SIGKILL the gateway and start it
+// again: the sandbox is Ready with the same workload pid, and a sandbox
+// created (acknowledged) just before the kill is there too.
+func TestGatewayRestartReadopts(t *testing.T) {
+	w := newWorld(t)
+	a := w.create("steady", `exec sleep 1000`)
+	out, errOut, code := w.cli("create", "late", "--policy", w.policy, "--no-wait", "--", "/bin/sh", "-c", "exec sleep 1000")
+	if code != 0 {
+		t.Fatalf("create late: %d %s%s", code, out, errOut)
+	}
+	w.killGateway()
+	w.startGateway()
+	r := w.waitPhase("steady", "Ready", 30*time.Second, func(s status) bool { return s.RecoveryAttempts >= 0 })
+	if r.WorkloadPid != a.WorkloadPid {
+		t.Fatalf("workload pid %d after gateway restart, want the same %d", r.WorkloadPid, a.WorkloadPid)
+	}
+	w.waitPhase("late", "Ready", 30*time.Second, nil)
+}
+
+// TestVerbs is point 5: stop / start / delete / delete --keep-workspace,
+// and refusals that name the phase and what would work.
+func TestVerbs(t *testing.T) {
+	w := newWorld(t)
+	s := w.create("verbs", `echo data > /sandbox/data; exec sleep 1000`)
+	w.file(s, "data")
+	if out, errOut, code := w.cli("stop", "verbs"); code != 0 {
+		t.Fatalf("stop: %d %s%s", code, out, errOut)
+	}
+	w.waitPhase("verbs", "Stopped", 15*time.Second, nil)
+	_, errOut, code := w.cli("recover", "verbs")
+	if code != 4 || !strings.Contains(errOut, "Stopped") || !strings.Contains(errOut, "start") {
+		t.Fatalf("recover from Stopped: exit %d %q; want 4 naming the phase and start", code, errOut)
+	}
+	if _, errOut, code := w.cli("start", "verbs"); code != 0 {
+		t.Fatalf("start: %d %s", code, errOut)
+	}
+	r := w.waitPhase("verbs", "Ready", 15*time.Second, nil)
+	if got := w.file(r, "data"); got != "data\n" {
+		t.Fatalf("workspace after stop/start: %q", got)
+	}
+	_, errOut, code = w.cli("start", "verbs")
+	if code != 4 || !strings.Contains(errOut, "Ready") {
+		t.Fatalf("start from Ready: exit %d %q; want 4 naming Ready", code, errOut)
+	}
+	if _, errOut, code := w.cli("delete", "verbs", "--keep-workspace"); code != 0 {
+		t.Fatalf("delete --keep-workspace: %d %s", code, errOut)
+	}
+	waitGone(t, w, "verbs")
+	if b, err := os.ReadFile(filepath.Join(r.Workspace, "data")); err != nil || string(b) != "data\n" {
+		t.Fatalf("delete --keep-workspace lost the workspace: %q %v", b, err)
+	}
+	s2 := w.create("verbs", `exec sleep 1000`)
+	if b, _ := os.ReadFile(filepath.Join(s2.Workspace, "data")); string(b) != "data\n" {
+		t.Fatalf("a new sandbox of the same name does not find the kept workspace: %q", b)
+	}
+	if _, errOut, code := w.cli("delete", "verbs"); code != 0 {
+		t.Fatalf("delete: %d %s", code, errOut)
+	}
+	waitGone(t, w, "verbs")
+	if _, err := os.Stat(s2.Workspace); !os.IsNotExist(err) {
+		t.Fatalf("delete left the workspace: %v", err)
+	}
+	if _, errOut, code := w.cli("stop", "nosuch"); code != 3 || !strings.Contains(errOut, "nosuch") {
+		t.Fatalf("stop of an unknown sandbox: %d %q, want 3", code, errOut)
+	}
+}
+
+func waitGone(t *testing.T, w *world, name string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, code := w.get(name); code == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still exists 15 s after delete", name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,63 @@
+// Package nsrun owns the namespace runtime of one sandbox: the processes,
+// namespaces, mounts, Landlock domain and descriptors that put a workload
+// behind the policy boundary (DESIGN.md, "Network boundary"). It has no
+// actors and no policy; the supervisor drives it.
+//
+// Three stages, all the same binary (a running Go process never calls
+// unshare or setns):
+//
+//   - Parent (the supervisor): Start re-execs the binary (through
+//     /proc/self/fd, so a mapped uid needs no access to its directory) as the
+//     init stage in new user, pid, network, mount, UTS and IPC namespaces.
+//     As root the sandbox's ids 0..HostIDCount-1 map to the host range from
+//     HostIDBase (default 100000) and the workspace directory is chowned to
+//     the sandbox user and handed over as a detached mount (open_tree);
+//     unprivileged, only RunAsUser/RunAsGroup map, to the caller's own
+//     uid/gid (setgroups denied). Host root is never mapped.
+//   - Init (pid 1 of the sandbox): brings lo up with one RTM_NEWLINK, creates
+//     the proxy listener (127.0.0.1:3128), the DNS UDP socket and TCP
+//     listener (127.0.0.1:53) and a NETLINK_SOCK_DIAG socket inside the
+//     sandbox's network namespace. It makes / rprivate and builds a new root
+//     on a tmpfs, since /sandbox must be a mount point and the host's / is
+//     never written: the host's top-level directories bound as they are
+//     (recursively), fresh /proc and /sys (only lo), private tmpfs on /tmp,
+//     /var/tmp, /dev/shm and /run, the workspace on /sandbox, Hidden
+//     directories covered by an empty read-only tmpfs, and a generated
+//     resolv.conf (nameserver 127.0.0.1) moved onto /etc/resolv.conf with
+//     move_mount, which covers a symlink itself rather than its target.
+//     Every mount point is resolved with openat2(RESOLVE_IN_ROOT), so no
+//     symlink leads a mount out of the new root. It pivots into the root,
+//     detaches the old one and makes the root tmpfs read-only. It then starts
+//     the exec stage, hands the four descriptors, the warnings and the
+//     workload's pid to the parent over a SOCK_SEQPACKET socketpair
+//     (SCM_RIGHTS), reaps every orphan, reports the workload's exit status,
+//     and exits when the parent's end of the socketpair closes; the kernel
+//     then kills every process of the pid namespace. Init stays outside
+//     Landlock and ignores the signals a workload could send it.
+//   - Exec: empties the inheritable and ambient capability sets, cuts the
+//     bounding set to Docker's default (never CAP_SYS_ADMIN or
+//     CAP_NET_ADMIN), drops supplementary groups, sets RunAsGroup and
+//     RunAsUser, enters Workdir, sets no_new_privs, applies Landlock from
+//     the Filesystem spec, marks every descriptor above stderr
+//     close-on-exec (close_range) and execs the workload with HTTP(S)_PROXY
+//     pointing at the proxy. A failure before execve (a missing binary, a
+//     hard_requirement path) fails Start with the cause.
+//
+// Landlock is applied with the raw system calls to the exec stage's locked
+// thread, which is the one that execs, so the workload inherits the domain;
+// go-landlock would restrict every thread through libcap's psx, which links
+// cgo into the whole binary. From ABI 6 the domain also scopes signals and
+// abstract unix sockets, so the workload can neither signal nor ptrace init.
+//
+// The binary's main must call MaybeRunStage first; a test binary calls it
+// from TestMain.
+//
+// RunAsUser defaults to 0: root of the sandbox's user namespace, which is an
+// unprivileged uid on the host (100000 as root), without the capabilities that
+// could undo the sandbox (and Landlock forbids mount changes). A policy's
+// run_as_user is resolved to a number by the caller.
+//
+// Kernel: open_tree/move_mount (5.2), openat2 (5.6), close_range with
+// CLOSE_RANGE_CLOEXEC (5.11); Landlock (5.13) is required only by
+// HardRequirement.
+package nsrun

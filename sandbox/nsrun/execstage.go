@@ -1,0 +1,184 @@
+package nsrun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// keptCaps is the bounding set of a uid-0 workload: Docker's default set,
+// without CAP_SYS_ADMIN (mounts), CAP_NET_ADMIN (the sandbox's network
+// configuration) or anything else that could undo the sandbox.
+const keptCaps uint64 = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNER |
+	1<<unix.CAP_FSETID | 1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID |
+	1<<unix.CAP_SETPCAP | 1<<unix.CAP_NET_BIND_SERVICE | 1<<unix.CAP_NET_RAW |
+	1<<unix.CAP_SYS_CHROOT | 1<<unix.CAP_MKNOD | 1<<unix.CAP_AUDIT_WRITE | 1<<unix.CAP_SETFCAP
+
+// runExec is the exec stage: it prepares the credentials and Landlock on
+// this (locked) thread and execs the workload. It returns only on failure.
+func runExec() int {
+	conn, err := fileConn(fdChannel)
+	if err != nil {
+		return exitNoChannel
+	}
+	fail := func(err error) int {
+		_ = send(conn, message{Kind: msgFailed, Error: err.Error()})
+		return exitFailed
+	}
+	m, fds, err := recv(conn)
+	closeFDs(fds)
+	if err != nil {
+		return fail(fmt.Errorf("read config: %w", err))
+	}
+	if m.Kind != msgConfig || m.Config == nil {
+		return fail(fmt.Errorf("first message is %s, want config", m.Kind))
+	}
+	cfg := m.Config
+	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err != nil {
+		return fail(err)
+	}
+	abi, warnings, err := prepareWorkload(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := send(conn, message{Kind: msgReady, Warnings: warnings, LandlockABI: abi}); err != nil {
+		return exitFailed
+	}
+	// Nothing this binary holds may reach the workload: the channel to
+	// init, descriptors inherited from init or the parent.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("close_range(3, ~0, CLOSE_RANGE_CLOEXEC): %w", err))
+	}
+	if err := defaultSignals(); err != nil {
+		return fail(err)
+	}
+	err = syscall.Exec(path, cfg.Argv, cfg.Env)
+	return fail(fmt.Errorf("execve %s: %w", path, err))
+}
+
+// prepareWorkload sets the workload's ids, capabilities, working directory,
+// no_new_privs and Landlock domain on this thread.
+func prepareWorkload(cfg *stageConfig) (int, []string, error) {
+	if err := trimCaps(); err != nil {
+		return 0, nil, err
+	}
+	if cfg.SetGroups {
+		if err := syscall.Setgroups(nil); err != nil {
+			return 0, nil, fmt.Errorf("setgroups: %w", err)
+		}
+	}
+	if err := syscall.Setresgid(int(cfg.GID), int(cfg.GID), int(cfg.GID)); err != nil {
+		return 0, nil, fmt.Errorf("setresgid %d: %w", cfg.GID, err)
+	}
+	if err := syscall.Setresuid(int(cfg.UID), int(cfg.UID), int(cfg.UID)); err != nil {
+		return 0, nil, fmt.Errorf("setresuid %d: %w", cfg.UID, err)
+	}
+	if err := unix.Chdir(cfg.Workdir); err != nil {
+		return 0, nil, fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, nil, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	return applyLandlock(cfg.Mode, landlockRules(cfg))
+}
+
+func landlockRules(cfg *stageConfig) []pathRule {
+	rules := make([]pathRule, 0, len(cfg.ReadOnly)+len(cfg.ReadWrite)+2)
+	for _, p := range cfg.ReadOnly {
+		rules = append(rules, pathRule{list: "read_only", path: p, access: accessReadOnly})
+	}
+	for _, p := range cfg.ReadWrite {
+		rules = append(rules, pathRule{list: "read_write", path: p, access: accessAll})
+	}
+	for _, p := range []string{"/dev/null", "/dev/zero"} {
+		rules = append(rules, pathRule{list: "always", path: p, access: accessAll})
+	}
+	return rules
+}
+
+// trimCaps empties the inheritable and ambient sets and cuts the bounding
+// set down to keptCaps. A non-zero uid ends up with no capabilities at all
+// after execve; uid 0 with keptCaps.
+func trimCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	for c := 0; c <= 63; c++ {
+		if keptCaps&(1<<c) != 0 {
+			continue
+		}
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) { // past the kernel's last capability
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// lookPath resolves name like execvp, with the workload's PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	var path string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: executable not found in PATH %q", name, path)
+}
+
+// defaultSignals gives the workload default signal dispositions and an
+// empty signal mask: execve keeps ignored signals ignored (a supervisor run
+// under nohup ignores SIGHUP) and keeps the mask. Go's own handlers are
+// reset by execve itself.
+func defaultSignals() error {
+	// struct kernel_sigaction: handler, flags, restorer, mask.
+	type sigaction struct{ handler, flags, restorer, mask uint64 }
+	const sigIgn = 1
+	for sig := 1; sig <= 64; sig++ {
+		var old sigaction
+		_, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+		if e != 0 || old.handler != sigIgn {
+			continue // invalid number, or not ignored
+		}
+		dfl := sigaction{}
+		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0); e != 0 {
+			return fmt.Errorf("rt_sigaction(%d, SIG_DFL): %w", sig, e)
+		}
+	}
+	var empty unix.Sigset_t
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &empty, nil); err != nil {
+		return fmt.Errorf("sigprocmask: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+// Package spec owns the hand-off from a gateway to the supervisor it
+// starts: one JSON file (mode 0600) in the sandbox's directory with
+// everything the supervisor needs to run that instance. A file, not
+// arguments: the policy and the token stay out of /proc/PID/cmdline.
+package spec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Supervisor is the spec of one supervisor instance.
+type Supervisor struct {
+	Name     string   `json:"name"`
+	Instance string   `json:"instance"`
+	Gateway  string   `json:"gateway"`
+	Token    string   `json:"token"`
+	Policy   string   `json:"policy"`
+	Argv     []string `json:"argv"`
+	Workdir  string   `json:"workdir,omitempty"`
+	// Workspace is the host directory mounted at /sandbox.
+	Workspace string `json:"workspace"`
+	// AuditFile receives the boundary's decisions.
+	AuditFile string `json:"auditFile"`
+	// Boundary settings.
+	Hosts         string `json:"hosts,omitempty"`
+	DNSUpstream   string `json:"dnsUpstream,omitempty"`
+	AllowLoopback bool   `json:"allowLoopback,omitempty"`
+}
+
+// Write writes s to path atomically with mode 0600.
+func Write(path string, s Supervisor) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("spec: encode: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("spec: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("spec: install %s: %w", path, err)
+	}
+	return nil
+}
+
+// Read reads a spec written by Write.
+func Read(path string) (Supervisor, error) {
+	var s Supervisor
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, fmt.Errorf("spec: read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("spec: decode %s: %w", path, err)
+	}
+	if s.Name == "" || s.Instance == "" || s.Gateway == "" || len(s.Argv) == 0 {
+		return s, fmt.Errorf("spec: %s lacks name, instance, gateway or argv", path)
+	}
+	return s, nil
+}

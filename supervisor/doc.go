@@ -1,0 +1,15 @@
+// Package supervisor owns the supervisor process of one sandbox (`stockade
+// supervisor --spec FILE`, started by a gateway's driver):
+//
+//	supervisor process
+//	├── boundary (actors/boundary)   proxy, dns, conn/N, query/N on the sandbox's listeners
+//	└── session                      Hello, heartbeats, WorkloadExited to the gateway
+//
+// It creates the sandbox's namespaces and workload through sandbox/nsrun,
+// serves the boundary on the listeners nsrun hands out (identity resolves
+// among the sandbox's own processes through the sock_diag socket made in
+// its network namespace), and keeps a session with the gateway: a lost
+// gateway does not stop the workload; the session says Hello again until a
+// gateway answers. SIGTERM stops the workload gracefully; when the
+// supervisor dies, the sandbox's init dies and the kernel kills the rest.
+package supervisor

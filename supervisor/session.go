@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/messages"
+)
+
+// Local messages of the session actor.
+type (
+	tick     struct{}
+	exited   struct{ msg *messages.WorkloadExited }
+	helloRes struct {
+		ack *messages.HelloAck
+		err error
+	}
+	hbRes struct {
+		ok bool
+	}
+	exitAcked struct{}
+)
+
+// session is the supervisor's end of the gateway session.
+type session struct {
+	log       zerolog.Logger
+	api       *actor.PID // the gateway's API actor
+	hello     *messages.Hello
+	gw        *actor.PID // the gateway's session actor, once accepted
+	seq       uint64
+	lastAck   time.Time
+	pending   bool // a Hello or heartbeat request is in flight
+	backoff   time.Duration
+	nextHello time.Time
+	exit      *messages.WorkloadExited // to deliver before the supervisor ends
+	restarts  func() map[string]int64
+	refused   func(reason string) // the gateway refused this instance: end the supervisor
+	exitDone  func()              // the workload's exit was delivered
+	ticker    func()
+}
+
+const (
+	heartbeatEvery = time.Second
+	lostAfter      = 3 * heartbeatEvery
+)
+
+func (s *session) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.backoff = 200 * time.Millisecond
+		s.hello.Supervisor = ctx.Self()
+		s.sayHello(ctx)
+	case *tick:
+		s.onTick(ctx)
+	case *helloRes:
+		s.pending = false
+		switch {
+		case m.err != nil:
+			s.log.Warn().Err(m.err).Str("gateway", s.api.Address).Dur("retry_in", s.backoff).Msg("gateway did not answer Hello")
+			s.retryLater()
+		case m.ack.Status == messages.Status_STATUS_OK:
+			s.gw, s.lastAck, s.backoff = m.ack.Session, time.Now(), 200*time.Millisecond
+			s.log.Info().Str("gateway", s.api.Address).Str("session", m.ack.Session.GetId()).Msg("session up")
+			if s.exit != nil {
+				s.sendExit(ctx)
+			}
+		case m.ack.Status == messages.Status_STATUS_REFUSED || m.ack.Status == messages.Status_STATUS_NOT_FOUND:
+			s.refused(m.ack.Message)
+		default:
+			s.log.Warn().Str("status", m.ack.Status.String()).Str("message", m.ack.Message).Msg("Hello not accepted")
+			s.retryLater()
+		}
+	case *hbRes:
+		s.pending = false
+		if m.ok {
+			s.lastAck = time.Now()
+		}
+	case *exited:
+		s.exit = m.msg
+		if s.gw != nil {
+			s.sendExit(ctx)
+		}
+	case *exitAcked:
+		if s.exit != nil {
+			s.exit = nil
+			s.exitDone()
+		}
+	}
+}
+
+func (s *session) retryLater() {
+	s.nextHello = time.Now().Add(s.backoff)
+	if s.backoff *= 2; s.backoff > 5*time.Second {
+		s.backoff = 5 * time.Second
+	}
+}
+
+func (s *session) onTick(ctx actor.Context) {
+	if s.pending {
+		return
+	}
+	if s.gw == nil {
+		if time.Now().After(s.nextHello) {
+			s.sayHello(ctx)
+		}
+		return
+	}
+	if time.Since(s.lastAck) > lostAfter {
+		s.log.Warn().Dur("silent_for", time.Since(s.lastAck)).Msg("session lost; saying Hello again")
+		s.gw = nil
+		s.sayHello(ctx)
+		return
+	}
+	if s.exit != nil {
+		s.sendExit(ctx) // until acknowledged
+		return
+	}
+	s.seq++
+	hb := &messages.Heartbeat{Sandbox: s.hello.Sandbox, Instance: s.hello.Instance, Seq: s.seq,
+		WorkloadPid: s.hello.WorkloadPid, Restarts: s.restarts()}
+	s.pending = true
+	f := ctx.RequestFuture(s.gw, hb, lostAfter)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		_, ok := res.(*messages.HeartbeatAck)
+		ctx.Send(ctx.Self(), &hbRes{ok: err == nil && ok})
+	})
+}
+
+func (s *session) sayHello(ctx actor.Context) {
+	s.pending = true
+	f := ctx.RequestFuture(s.api, s.hello, 3*time.Second)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		ack, ok := res.(*messages.HelloAck)
+		if err == nil && !ok {
+			err = errUnexpected
+		}
+		ctx.Send(ctx.Self(), &helloRes{ack: ack, err: err})
+	})
+}
+
+func (s *session) sendExit(ctx actor.Context) {
+	f := ctx.RequestFuture(s.gw, s.exit, 3*time.Second)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		if _, ok := res.(*messages.HeartbeatAck); ok && err == nil {
+			ctx.Send(ctx.Self(), &exitAcked{})
+		}
+		// else: the next Hello re-sends it
+	})
+}

@@ -1,0 +1,217 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/asynkron/protoactor-go/scheduler"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/actors/boundary"
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/policy"
+	"github.com/stockade-dev/stockade/sandbox/nsrun"
+	"github.com/stockade-dev/stockade/sandbox/spec"
+)
+
+var errUnexpected = errors.New("unexpected reply type")
+
+// Run runs one supervisor instance until its workload has exited and the
+// gateway knows, or a signal stops it.
+func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
+	sp, err := spec.Read(specPath)
+	if err != nil {
+		return err
+	}
+	log = log.With().Str("sandbox", sp.Name).Str("instance", sp.Instance).Logger()
+	dir := filepath.Dir(specPath)
+
+	engine := policy.NewEngine(policy.WithLogger(log))
+	if _, err := engine.Load("policy.yaml", []byte(sp.Policy)); err != nil {
+		return fmt.Errorf("supervisor: policy: %w", err)
+	}
+	pol, version := engine.Current()
+
+	out, err := os.OpenFile(filepath.Join(dir, "workload.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("supervisor: workload log: %w", err)
+	}
+	defer out.Close()
+
+	ns := nsrun.Spec{
+		Argv: sp.Argv, Workspace: sp.Workspace, Workdir: sp.Workdir,
+		Stdout: out, Stderr: out, Logger: log,
+		// The gateway's state dir (client token, other sandboxes) is never
+		// visible inside, whatever the policy lists.
+		Hidden: []string{filepath.Dir(filepath.Dir(dir))},
+	}
+	if fs := pol.Filesystem; fs != nil {
+		ns.Filesystem = nsrun.Filesystem{ReadOnly: fs.ReadOnly, ReadWrite: fs.ReadWrite, IncludeWorkdir: fs.IncludeWorkdir}
+	}
+	if pol.Landlock.Compatibility == policy.HardRequirement {
+		ns.Filesystem.Mode = nsrun.HardRequirement
+	}
+	if uid, err := strconv.ParseUint(pol.Process.RunAsUser, 10, 32); err == nil {
+		ns.RunAsUser = uint32(uid)
+	}
+	if gid, err := strconv.ParseUint(pol.Process.RunAsGroup, 10, 32); err == nil {
+		ns.RunAsGroup = uint32(gid)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sb, err := nsrun.Start(startCtx, ns)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("supervisor: start sandbox: %w", err)
+	}
+	defer sb.Close()
+	for _, w := range sb.Warnings() {
+		log.Warn().Str("landlock", w).Msg("filesystem policy (best effort)")
+	}
+	log.Info().Int("init_pid", sb.InitPid()).Int("workload_pid", sb.WorkloadPid()).Uint64("policy_version", version).Msg("sandbox started")
+
+	b, stopBoundary, err := startBoundary(sp, sb, engine, log)
+	if err != nil {
+		return err
+	}
+	defer stopBoundary()
+
+	// The session: a remote endpoint of our own (protoactor has no
+	// client-only mode) and a session actor saying Hello to the gateway.
+	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
+	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	if err := client.StartRemote(rem); err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	defer func() { rem.Shutdown(false); sys.Shutdown() }()
+
+	done := make(chan string, 2)
+	exitDelivered := make(chan struct{})
+	s := &session{
+		log: log, api: actor.NewPID(sp.Gateway, client.APIActor),
+		hello: &messages.Hello{Token: sp.Token, Sandbox: sp.Name, Instance: sp.Instance,
+			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version},
+		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
+		refused:  func(why string) { done <- "gateway refused this instance: " + why },
+		exitDone: func() { close(exitDelivered) },
+	}
+	sess, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), "session")
+	if err != nil {
+		return fmt.Errorf("supervisor: spawn session: %w", err)
+	}
+	cancelTick := scheduler.NewTimerScheduler(sys.Root).SendRepeatedly(heartbeatEvery, heartbeatEvery, sess, &tick{})
+	defer cancelTick()
+
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	select {
+	case <-sb.Done():
+		st, werr := sb.Wait()
+		msg := &messages.WorkloadExited{Sandbox: sp.Name, Instance: sp.Instance, Code: int32(st.Code)}
+		if st.Signal != 0 {
+			msg.Signal = st.Signal.String()
+		}
+		if werr != nil {
+			msg.Code, msg.Signal = -1, werr.Error()
+		}
+		log.Info().Str("status", st.String()).Msg("workload exited")
+		sys.Root.Send(sess, &exited{msg: msg})
+		select { // deliver the exit; a gateway that stays away learns of it as SupervisorLost
+		case <-exitDelivered:
+		case <-time.After(30 * time.Second):
+			log.Warn().Msg("workload exit not acknowledged by the gateway within 30 s")
+		case s := <-sig:
+			log.Info().Str("signal", s.String()).Msg("stopping")
+		}
+		return nil
+	case why := <-done:
+		log.Warn().Str("why", why).Msg("supervisor ends")
+		return nil
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("stopping the sandbox")
+		return nil
+	}
+}
+
+// startBoundary serves the boundary on the sandbox's listeners.
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, log zerolog.Logger) (*boundary.Boundary, func(), error) {
+	px, udp, tcp, _ := sb.Listeners()
+	diag, err := sb.DupDiagFD()
+	if err != nil {
+		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
+	}
+	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids))
+	if err != nil {
+		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
+	}
+	var up dnsproxy.Upstream
+	var res proxy.Resolver = net.DefaultResolver
+	switch {
+	case sp.Hosts != "":
+		h, err := dnsproxy.LoadHosts(sp.Hosts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("supervisor: %w", err)
+		}
+		up, res = h, proxy.UpstreamResolver{Up: h}
+	case sp.DNSUpstream != "":
+		fw, err := dnsproxy.NewForwarder([]string{sp.DNSUpstream})
+		if err != nil {
+			return nil, nil, fmt.Errorf("supervisor: %w", err)
+		}
+		up, res = fw, proxy.UpstreamResolver{Up: fw}
+	default:
+		fw, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
+		if err != nil {
+			return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
+		}
+		up = fw
+	}
+	af, err := audit.OpenFile(sp.AuditFile, audit.WithErrorLog(log))
+	if err != nil {
+		return nil, nil, fmt.Errorf("supervisor: %w", err)
+	}
+	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
+	b, err := boundary.Start(sys, boundary.Config{
+		Proxy: px, DNSPacket: udp, DNSStream: tcp,
+		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
+		AllowLoopback: sp.AllowLoopback, Audit: audit.Multi{audit.LogSink{Log: log}, af},
+		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name,
+	})
+	if err != nil {
+		_ = af.Close()
+		return nil, nil, fmt.Errorf("supervisor: boundary: %w", err)
+	}
+	return b, func() {
+		_ = b.Stop()
+		sys.Shutdown()
+		_ = id.Close()
+		_ = af.Close()
+	}, nil
+}
+
+func restartCounts(c *supervise.Counters) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range c.Snapshot() {
+		if k.Directive == "restart" {
+			out[k.Kind] += v
+		}
+	}
+	return out
+}
