@@ -6,18 +6,21 @@ PKGS      := ./...
 GOFLAGS   ?=
 export GOFLAGS
 
-.PHONY: all build run test test-race vet fmt-check bench fuzz clean generate
+.PHONY: all build run run-boundary test test-race vet fmt-check bench fuzz clean generate
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/stockade
 
-# The main job on the embedded default: a standalone boundary with an example
-# policy and a local offline upstream, plus the commands that show an allowed
-# request, a denied one and a REFUSED DNS answer with their audit lines.
+# The main job on the embedded default: a gateway with one sample sandbox (an
+# example policy; the workload calls a local offline upstream through its
+# proxy every few seconds) and what to try next. `make run-boundary`: the standalone boundary.
 run: build
 	bash examples/run.sh
+
+run-boundary: build
+	bash examples/run-boundary.sh
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

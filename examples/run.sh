@@ -1,45 +1,63 @@
 #!/usr/bin/env bash
-# `make run`: a standalone stockade boundary with an example policy and a
-# local offline upstream; shows an allowed request, a denied one and a
-# REFUSED DNS answer with their audit lines, then keeps serving until Ctrl-C.
+# `make run`: a gateway on the embedded default (bbolt state, process
+# driver) with one sample sandbox whose workload calls a local offline
+# upstream through the sandbox's proxy every few seconds. Nothing leaves the
+# machine. Ctrl-C stops the gateway; the sandbox keeps running until
+# deleted (that is the point), so the script deletes it on the way out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/stockade}
 RUN=${RUN_DIR:-$(mktemp -d -t stockade-run.XXXXXX)}
-PROXY=127.0.0.1:3128 DNS_PORT=5353 UPSTREAM=127.0.0.1:18080
+STATE="$RUN/state" API=127.0.0.1:7420 UPSTREAM=127.0.0.1:18080
+export STOCKADE_GATEWAY=$API
+S="--state-dir $STATE"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  trap - EXIT INT TERM
+  "$BIN" sandbox delete demo $S >/dev/null 2>&1 || true
+  for _ in $(seq 1 50); do   # until the gateway has stopped the supervisor
+    "$BIN" sandbox get demo $S >/dev/null 2>&1 || break
+    sleep 0.2
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  pkill -f "supervisor --spec $STATE/" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT INT TERM
 
 go build -o "$RUN/upstream" ./examples/upstream
 "$RUN/upstream" -listen "$UPSTREAM" & pids+=($!)
-"$BIN" boundary serve --policy examples/policy.yaml --hosts examples/hosts \
-  --proxy "$PROXY" --dns "127.0.0.1:$DNS_PORT" --audit "$RUN/audit.jsonl" \
-  --allow-loopback-upstream --log-format json 2>"$RUN/boundary.log" & pids+=($!)
-
+"$BIN" gateway run --state-dir "$STATE" --listen "$API" --hosts examples/hosts \
+  --allow-loopback-upstream --log-format json 2>"$RUN/gateway.log" & pids+=($!)
 for _ in $(seq 1 100); do
-  grep -q "boundary ready" "$RUN/boundary.log" 2>/dev/null && break
-  kill -0 "${pids[1]}" 2>/dev/null || { cat "$RUN/boundary.log"; exit 1; }
+  grep -q "gateway ready" "$RUN/gateway.log" 2>/dev/null && break
+  kill -0 "${pids[1]}" 2>/dev/null || { cat "$RUN/gateway.log"; exit 1; }
   sleep 0.1
 done
 
-show() { printf '\n$ %s\n' "$*"; eval "$@" || true; }
-echo "stockade boundary: proxy http://$PROXY, DNS 127.0.0.1:$DNS_PORT (UDP+TCP), upstream $UPSTREAM"
-echo "policy: examples/policy.yaml, audit: $RUN/audit.jsonl, log: $RUN/boundary.log"
-show "curl -sS -x http://$PROXY http://api.example.test:18080/hello"
-show "curl -sS -x http://$PROXY http://other.example.test:18080/hello"
-show "dig +short @127.0.0.1 -p $DNS_PORT api.example.test"
-show "dig @127.0.0.1 -p $DNS_PORT unlisted.example.org | grep -E 'status|ANSWER:'"
-printf '\nAudit (one line each, from the log):\n'
-grep '"component":"audit"' "$RUN/boundary.log" | sed -E 's/.*"msg":"([^"]*)".*/  \1/'
-printf '\nAudit (JSON lines, last one):\n  '; tail -n 1 "$RUN/audit.jsonl"
+echo "gateway: $API, state: $STATE, local upstream: $UPSTREAM"
+printf '\n$ stockade sandbox create demo --policy examples/policy.yaml -- sh -c "<loop: curl allowed, curl denied, getent unlisted>"\n'
+"$BIN" sandbox create demo $S --policy examples/policy.yaml -- /bin/sh -c '
+while true; do
+  echo "$(date +%T) allowed: $(curl -sS -m 5 http://api.example.test:18080/from-sandbox)"
+  echo "$(date +%T) denied:  $(curl -sS -m 5 http://other.example.test:18080/)"
+  getent hosts unlisted.example.org >/dev/null 2>&1 || echo "$(date +%T) dns: unlisted.example.org refused"
+  echo "$(date +%T)" > /sandbox/heartbeat
+  sleep 3
+done'
+sleep 4
+printf '\n$ stockade sandbox get demo\n'; "$BIN" sandbox get demo $S
+printf '\n$ stockade sandbox logs demo -n 3\n'; "$BIN" sandbox logs demo $S -n 3
 cat <<TXT
 
-Try more while it runs (Ctrl-C stops everything):
-  HTTPS_PROXY=http://$PROXY HTTP_PROXY=http://$PROXY curl http://api.example.test:18080/
-  curl -x http://$PROXY http://api.example.test:9999/         # 403 endpoint_not_allowed (port)
-  dig @127.0.0.1 -p $DNS_PORT +tcp api.example.test
-  kill -HUP ${pids[1]}                                        # reload the policy
-  tail -f $RUN/audit.jsonl
+Try next (in another shell):
+  export STOCKADE_GATEWAY=$API
+  stockade() { $PWD/$BIN "\$@" --state-dir $STATE; }
+  stockade sandbox logs demo --follow            # workload output and decisions
+  stockade sandbox get demo -o json
+  kill -9 \$(stockade sandbox get demo -o json | jq .supervisorPid)   # -> Error/SupervisorLost -> Ready
+  stockade sandbox stop demo; stockade sandbox start demo
+  ls $STATE/sandboxes/demo/workspace             # /sandbox inside
+Ctrl-C stops everything.
 TXT
 wait "${pids[1]}"
