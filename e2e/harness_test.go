@@ -28,6 +28,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Readable by the unprivileged gateway of the "unprivileged" runs.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	bin = filepath.Join(dir, "stockade")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/stockade").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build stockade: %v\n%s", err, out)
@@ -49,6 +54,38 @@ type world struct {
 	policy  string
 	webPort int
 	gwDone  chan error
+	// uid runs the gateway (and so its supervisors) as this user; 0: root.
+	uid int
+}
+
+// nobody is the unprivileged user the "unprivileged" runs use.
+const nobody = 65534
+
+// modes runs f with the gateway as root and as an unprivileged user (issue
+// 3, point 6): as root the sandbox's uids map to the reserved host range;
+// unprivileged, only the gateway's own uid is mapped.
+func modes(t *testing.T, f func(t *testing.T, w *world)) {
+	for _, m := range []struct {
+		name string
+		uid  int
+	}{{"root", 0}, {"unprivileged", nobody}} {
+		t.Run(m.name, func(t *testing.T) { f(t, newWorld(t, m.uid)) })
+	}
+}
+
+// sharedDir is a temp dir the unprivileged gateway can use.
+func sharedDir(t *testing.T, uid int) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} { // t.TempDir's parent is 0700 too
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(d, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 type lockedBuf struct {
@@ -68,11 +105,11 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, uid int) *world {
 	t.Helper()
-	testenv.NeedRoot(t) // user namespaces mapping an unprivileged host range
+	testenv.NeedRoot(t) // to map a host uid range, and to run a gateway as another user
 	testenv.NeedTool(t, "curl", "curl")
-	w := &world{t: t, state: t.TempDir()}
+	w := &world{t: t, state: sharedDir(t, uid), uid: uid}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +120,7 @@ func newWorld(t *testing.T) *world {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	w.webPort = ln.Addr().(*net.TCPAddr).Port
-	files := t.TempDir()
+	files := sharedDir(t, 0)
 	w.hosts = filepath.Join(files, "hosts")
 	w.policy = filepath.Join(files, "policy.yaml")
 	write(t, w.hosts, "127.0.0.1 api.test other.test\n")
@@ -125,6 +162,9 @@ func (w *world) startGateway() {
 		w.t.Fatal(err)
 	}
 	w.gw.Stdout, w.gw.Stderr = pw, pw
+	if w.uid != 0 {
+		w.gw.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(w.uid), Gid: uint32(w.uid)}}
+	}
 	if err := w.gw.Start(); err != nil {
 		w.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,8 +16,9 @@ import (
 // request to another name is denied and a name in no policy is REFUSED,
 // both audited; the workload cannot reach the gateway's API port, connect
 // anywhere directly, write outside read_write nor read outside the policy.
-func TestCreateBoundaryAndEscapes(t *testing.T) {
-	w := newWorld(t)
+func TestCreateBoundaryAndEscapes(t *testing.T) { modes(t, testCreateBoundaryAndEscapes) }
+
+func testCreateBoundaryAndEscapes(t *testing.T, w *world) {
 	apiPort := w.addr[strings.LastIndexByte(w.addr, ':')+1:]
 	script := fmt.Sprintf(`
 curl -sS -m 5 http://api.test:%[1]d/x > /sandbox/allowed 2>&1; echo "rc=$?" >> /sandbox/allowed
@@ -62,8 +64,9 @@ exec sleep 1000`, w.webPort, apiPort, w.state)
 // TestSupervisorKillRecovers is point 3: SIGKILL the supervisor ->
 // Error/SupervisorLost -> Recovering -> Ready within 10 s; the workspace is
 // intact.
-func TestSupervisorKillRecovers(t *testing.T) {
-	w := newWorld(t)
+func TestSupervisorKillRecovers(t *testing.T) { modes(t, testSupervisorKillRecovers) }
+
+func testSupervisorKillRecovers(t *testing.T, w *world) {
 	s := w.create("phoenix", `echo keep > /sandbox/before; exec sleep 1000`)
 	w.file(s, "before")
 	if err := syscall.Kill(s.SupervisorPid, syscall.SIGKILL); err != nil {
@@ -91,8 +94,9 @@ func TestSupervisorKillRecovers(t *testing.T) {
 // TestGatewayRestartReadopts is point 4: SIGKILL the gateway and start it
 // again: the sandbox is Ready with the same workload pid, and a sandbox
 // created (acknowledged) just before the kill is there too.
-func TestGatewayRestartReadopts(t *testing.T) {
-	w := newWorld(t)
+func TestGatewayRestartReadopts(t *testing.T) { modes(t, testGatewayRestartReadopts) }
+
+func testGatewayRestartReadopts(t *testing.T, w *world) {
 	a := w.create("steady", `exec sleep 1000`)
 	out, errOut, code := w.cli("create", "late", "--policy", w.policy, "--no-wait", "--", "/bin/sh", "-c", "exec sleep 1000")
 	if code != 0 {
@@ -109,8 +113,9 @@ func TestGatewayRestartReadopts(t *testing.T) {
 
 // TestVerbs is point 5: stop / start / delete / delete --keep-workspace,
 // and refusals that name the phase and what would work.
-func TestVerbs(t *testing.T) {
-	w := newWorld(t)
+func TestVerbs(t *testing.T) { modes(t, testVerbs) }
+
+func testVerbs(t *testing.T, w *world) {
 	s := w.create("verbs", `echo data > /sandbox/data; exec sleep 1000`)
 	w.file(s, "data")
 	if out, errOut, code := w.cli("stop", "verbs"); code != 0 {
@@ -166,5 +171,25 @@ func waitGone(t *testing.T, w *world, name string) {
 			t.Fatalf("sandbox %s still exists 15 s after delete", name)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestWrongTokenRefused: a request without the right token is refused (exit
+// 5, naming the token) and the gateway logs the refusal.
+func TestWrongTokenRefused(t *testing.T) {
+	w := newWorld(t, 0)
+	cmd := exec.Command(bin, "sandbox", "--state-dir", w.state, "list")
+	cmd.Env = append(os.Environ(), "STOCKADE_GATEWAY="+w.addr, "STOCKADE_TOKEN=not-the-token")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 5 || !strings.Contains(string(out), "token") {
+		t.Fatalf("list with a wrong token: %v %q, want exit 5 naming the token", err, out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(w.gwLog.String(), "request refused: wrong or missing token") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not log the refusal:\n%s", w.gwLog)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
