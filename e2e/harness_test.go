@@ -155,7 +155,7 @@ func (w *world) startGateway() {
 		listen = w.addr // a restart keeps the address supervisors know
 	}
 	w.gwLog = &lockedBuf{}
-	w.gw = exec.Command(bin, "gateway", "run", "--state-dir", w.state, "--listen", listen,
+	w.gw = exec.Command(bin, "gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", "127.0.0.1:0",
 		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json")
 	pr, pw, err := os.Pipe()
 	if err != nil {

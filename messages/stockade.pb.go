@@ -640,7 +640,10 @@ type Reply struct {
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Sandbox       *SandboxStatus         `protobuf:"bytes,3,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	Sandboxes     []*SandboxStatus       `protobuf:"bytes,4,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
-	Lines         []string               `protobuf:"bytes,5,rep,name=lines,proto3" json:"lines,omitempty"` // logs
+	Lines         []string               `protobuf:"bytes,5,rep,name=lines,proto3" json:"lines,omitempty"`                             // logs
+	RelayAddr     string                 `protobuf:"bytes,6,opt,name=relay_addr,json=relayAddr,proto3" json:"relay_addr,omitempty"`    // RelayRequest: where to connect
+	RelayToken    string                 `protobuf:"bytes,7,opt,name=relay_token,json=relayToken,proto3" json:"relay_token,omitempty"` // RelayRequest: the one-time token to present
+	HostKey       string                 `protobuf:"bytes,8,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"`          // RelayRequest: the sandbox's SSH host key (authorized_keys form)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +713,27 @@ func (x *Reply) GetLines() []string {
 	return nil
 }
 
+func (x *Reply) GetRelayAddr() string {
+	if x != nil {
+		return x.RelayAddr
+	}
+	return ""
+}
+
+func (x *Reply) GetRelayToken() string {
+	if x != nil {
+		return x.RelayToken
+	}
+	return ""
+}
+
+func (x *Reply) GetHostKey() string {
+	if x != nil {
+		return x.HostKey
+	}
+	return ""
+}
+
 // Hello opens a supervisor session (supervisor -> gateway).
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -720,6 +744,7 @@ type Hello struct {
 	WorkloadPid   int32                  `protobuf:"varint,5,opt,name=workload_pid,json=workloadPid,proto3" json:"workload_pid,omitempty"`
 	Supervisor    *actor.PID             `protobuf:"bytes,6,opt,name=supervisor,proto3" json:"supervisor,omitempty"` // the supervisor's session actor
 	PolicyVersion uint64                 `protobuf:"varint,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	HostKey       string                 `protobuf:"bytes,8,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"` // the sandbox's SSH host key (authorized_keys form)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,6 +826,13 @@ func (x *Hello) GetPolicyVersion() uint64 {
 		return x.PolicyVersion
 	}
 	return 0
+}
+
+func (x *Hello) GetHostKey() string {
+	if x != nil {
+		return x.HostKey
+	}
+	return ""
 }
 
 type HelloAck struct {
@@ -1061,6 +1093,114 @@ func (x *HeartbeatAck) GetSeq() uint64 {
 	return 0
 }
 
+// RelayRequest asks for an SSH relay to a Ready sandbox (exec, connect,
+// ssh-proxy). The reply carries the relay address and a one-time token.
+type RelayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayRequest) Reset() {
+	*x = RelayRequest{}
+	mi := &file_stockade_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayRequest) ProtoMessage() {}
+
+func (x *RelayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayRequest.ProtoReflect.Descriptor instead.
+func (*RelayRequest) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RelayRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RelayRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// OpenRelay tells a supervisor to dial the gateway's relay listener and
+// present the one-time token; the stream then carries SSH to its server.
+type OpenRelay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRelay) Reset() {
+	*x = OpenRelay{}
+	mi := &file_stockade_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRelay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRelay) ProtoMessage() {}
+
+func (x *OpenRelay) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRelay.ProtoReflect.Descriptor instead.
+func (*OpenRelay) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OpenRelay) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *OpenRelay) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -1112,13 +1252,18 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd4\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x02\n" +
 	"\x05Reply\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x124\n" +
 	"\asandbox\x18\x03 \x01(\v2\x1a.stockade.v1.SandboxStatusR\asandbox\x128\n" +
 	"\tsandboxes\x18\x04 \x03(\v2\x1a.stockade.v1.SandboxStatusR\tsandboxes\x12\x14\n" +
-	"\x05lines\x18\x05 \x03(\tR\x05lines\"\xf0\x01\n" +
+	"\x05lines\x18\x05 \x03(\tR\x05lines\x12\x1d\n" +
+	"\n" +
+	"relay_addr\x18\x06 \x01(\tR\trelayAddr\x12\x1f\n" +
+	"\vrelay_token\x18\a \x01(\tR\n" +
+	"relayToken\x12\x19\n" +
+	"\bhost_key\x18\b \x01(\tR\ahostKey\"\x8b\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1a\n" +
@@ -1129,7 +1274,8 @@ const file_stockade_proto_rawDesc = "" +
 	"supervisor\x18\x06 \x01(\v2\n" +
 	".actor.PIDR\n" +
 	"supervisor\x12%\n" +
-	"\x0epolicy_version\x18\a \x01(\x04R\rpolicyVersion\"\x9a\x01\n" +
+	"\x0epolicy_version\x18\a \x01(\x04R\rpolicyVersion\x12\x19\n" +
+	"\bhost_key\x18\b \x01(\tR\ahostKey\"\x9a\x01\n" +
 	"\bHelloAck\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
@@ -1151,7 +1297,13 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\" \n" +
 	"\fHeartbeatAck\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq*\x9e\x01\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"8\n" +
+	"\fRelayRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"5\n" +
+	"\tOpenRelay\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -1184,7 +1336,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1200,21 +1352,23 @@ var file_stockade_proto_goTypes = []any{
 	(*Heartbeat)(nil),      // 11: stockade.v1.Heartbeat
 	(*WorkloadExited)(nil), // 12: stockade.v1.WorkloadExited
 	(*HeartbeatAck)(nil),   // 13: stockade.v1.HeartbeatAck
-	nil,                    // 14: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 15: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 16: actor.PID
+	(*RelayRequest)(nil),   // 14: stockade.v1.RelayRequest
+	(*OpenRelay)(nil),      // 15: stockade.v1.OpenRelay
+	nil,                    // 16: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 17: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 18: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	14, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	16, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	16, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	18, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	16, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	15, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	18, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
+	17, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	10, // [10:10] is the sub-list for method output_type
 	10, // [10:10] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1233,7 +1387,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
+	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/actors/sandbox"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
@@ -35,6 +36,9 @@ type Config struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	Lifecycle     lifecycle.Config
+	// RelayListen is where clients and supervisors meet for SSH relays
+	// (default 127.0.0.1:7421; port 0 picks one).
+	RelayListen string
 	// Ready, if set, is called once the API serves.
 	Ready func(addr string)
 }
@@ -103,10 +107,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("gateway: find stockade binary: %w", err)
 		}
 	}
+	if cfg.RelayListen == "" {
+		cfg.RelayListen = "127.0.0.1:7421"
+	}
+	relayLn, err := net.Listen("tcp", cfg.RelayListen)
+	if err != nil {
+		return fmt.Errorf("gateway: relay address %s: %w (is another gateway running? set --relay-listen)", cfg.RelayListen, err)
+	}
+	defer relayLn.Close()
 	counters := supervise.NewCounters()
 	env := &sandbox.Env{Store: st, StateDir: cfg.StateDir, Gateway: addr, Token: tok, Binary: bin,
 		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback,
-		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters}
+		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
+		RelayAddr: relayLn.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 
 	gaveUp := make(chan string, 1)
 	rootStrategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
@@ -120,6 +133,9 @@ func Run(ctx context.Context, cfg Config) error {
 	rootProps := actor.PropsFromProducer(func() actor.Actor {
 		return actor.ReceiveFunc(func(c actor.Context) {
 			if _, ok := c.Message().(*actor.Started); ok {
+				if _, err := c.SpawnNamed(relay.ListenerProps(relayLn, cfg.Log), "relay-listener"); err != nil {
+					panic(fmt.Errorf("spawn relay-listener: %w", err))
+				}
 				if _, err := c.SpawnNamed(sandbox.Props(env), "sandboxes"); err != nil {
 					panic(fmt.Errorf("spawn sandboxes: %w", err))
 				}
@@ -139,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: spawn api: %w", err)
 	}
-	cfg.Log.Info().Str("api", addr).Str("state_dir", cfg.StateDir).Msg("gateway ready")
+	cfg.Log.Info().Str("api", addr).Str("relay", env.RelayAddr).Str("state_dir", cfg.StateDir).Msg("gateway ready")
 	if cfg.Ready != nil {
 		cfg.Ready(addr)
 	}
@@ -169,6 +185,8 @@ func (a *apiActor) Receive(ctx actor.Context) {
 	case *messages.SandboxRequest:
 		tok = m.Token
 	case *messages.ListRequest:
+		tok = m.Token
+	case *messages.RelayRequest:
 		tok = m.Token
 	case *messages.Hello:
 		if !tokenOK(a.token, m.Token) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
@@ -29,6 +30,10 @@ type Env struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	Lifecycle     lifecycle.Config
+	// RelayAddr is where clients and supervisors meet for SSH relays;
+	// RelayListener is the actor pairing them.
+	RelayAddr     string
+	RelayListener *actor.PID
 	Log           zerolog.Logger
 	Counters      *supervise.Counters
 }

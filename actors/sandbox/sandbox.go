@@ -13,7 +13,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
+	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/driver/process"
 	"github.com/stockade-dev/stockade/messages"
@@ -41,7 +43,9 @@ type sandboxActor struct {
 	sup        *process.Handle
 	session    *actor.PID // the session child of the current instance
 	hbRestarts map[string]int64
-	sessions   int // session children spawned (names session/N)
+	sessions   int        // session children spawned (names session/N)
+	supRemote  *actor.PID // the supervisor's session actor (current instance)
+	hostKey    string     // the sandbox's SSH host key
 	cancel     scheduler.CancelFunc
 	audit      *audit.File
 	timers     *scheduler.TimerScheduler
@@ -56,6 +60,8 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		a.verb(ctx, m)
 	case *messages.Hello:
 		a.hello(ctx, m)
+	case *messages.RelayRequest:
+		a.openRelay(ctx)
 	case *messages.WorkloadExited:
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })
@@ -414,7 +420,11 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 		return
 	}
 	a.dropSession(ctx)
-	props := actor.PropsFromProducer(func() actor.Actor { return &sessionActor{sandbox: ctx.Self(), remote: h.Supervisor} })
+	a.supRemote, a.hostKey = h.Supervisor, h.HostKey
+	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log), supervise.WithCounters(a.env.Counters))
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return &sessionActor{sandbox: ctx.Self(), remote: h.Supervisor, log: a.env.Log.With().Str("sandbox", a.name).Logger()}
+	}, actor.WithSupervisor(leaf), actor.WithReceiverMiddleware(supervise.PanicStack(a.env.Log)))
 	a.sessions++
 	pid, err := ctx.SpawnNamed(props, "session/"+strconv.Itoa(a.sessions))
 	if err != nil {
@@ -432,6 +442,24 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	}
 	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: heartbeatEvery.Milliseconds()})
 	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}) })
+}
+
+// openRelay arranges an SSH relay between the requesting client and the
+// supervisor: two one-time tokens, one for each side.
+func (a *sandboxActor) openRelay(ctx actor.Context) {
+	if err := a.m.Check(lifecycle.VerbExec); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s: %v", a.name, err)})
+		return
+	}
+	if a.session == nil || a.supRemote == nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
+			Message: fmt.Sprintf("sandbox %s has no supervisor session right now; retry in a moment", a.name)})
+		return
+	}
+	tc, ts := relay.NewToken(), relay.NewToken()
+	ctx.Send(a.env.RelayListener, &relay.Expect{ClientToken: tc, SupervisorToken: ts, Session: a.session})
+	ctx.Send(a.supRemote, &messages.OpenRelay{Token: ts, Addr: a.env.RelayAddr})
+	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, RelayAddr: a.env.RelayAddr, RelayToken: tc, HostKey: a.hostKey})
 }
 
 // dropSession ends the current session child without reporting a loss.

@@ -52,6 +52,8 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		a.create(ctx, m)
 	case *messages.SandboxRequest:
 		a.route(ctx, m.Name)
+	case *messages.RelayRequest:
+		a.route(ctx, m.Name)
 	case *messages.Hello:
 		if pid, ok := a.kids[m.Sandbox]; ok {
 			ctx.Forward(pid)

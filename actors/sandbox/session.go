@@ -4,6 +4,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/actors/relay"
 
 	"github.com/stockade-dev/stockade/messages"
 )
@@ -18,7 +21,9 @@ const heartbeatEvery = time.Second
 // and turns that Terminated into Error/SessionLost.
 type sessionActor struct {
 	sandbox *actor.PID
-	remote  *actor.PID // the supervisor's session actor (for later use: stop, exec)
+	remote  *actor.PID // the supervisor's session actor
+	log     zerolog.Logger
+	relays  int
 }
 
 func (s *sessionActor) Receive(ctx actor.Context) {
@@ -31,6 +36,13 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 	case *messages.WorkloadExited:
 		ctx.Send(s.sandbox, m)
 		ctx.Respond(&messages.HeartbeatAck{})
+	case *relay.Pair:
+		s.relays++
+		if _, err := ctx.SpawnNamed(relay.ActorProps(m, s.log), relay.ChildName(s.relays)); err != nil {
+			s.log.Error().Err(err).Msg("spawn relay")
+			_ = m.Client.Close()
+			_ = m.Supervisor.Close()
+		}
 	case *actor.ReceiveTimeout:
 		ctx.Stop(ctx.Self())
 	}

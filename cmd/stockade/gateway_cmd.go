@@ -35,6 +35,7 @@ running when the gateway stops; the next gateway re-adopts them.`,
 	f := run.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", client.DefaultStateDir(), "state directory (bbolt file, client token, workspaces)")
 	f.StringVar(&cfg.Listen, "listen", client.DefaultGateway, "API address")
+	f.StringVar(&cfg.RelayListen, "relay-listen", "127.0.0.1:7421", "SSH relay address (clients and supervisors connect here)")
 	f.StringVar(&cfg.Hosts, "hosts", "", "static names (/etc/hosts format) for the sandboxes' DNS and proxy (offline use)")
 	f.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT for the sandboxes (default: /etc/resolv.conf)")
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")

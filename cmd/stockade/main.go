@@ -30,7 +30,12 @@ type exitError struct {
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
@@ -44,7 +49,7 @@ func main() {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil && ee.err.Error() != "" {
+		if ee.err != nil && ee.err.Error() != "" { // nil: the remote command's status, nothing to say
 			fmt.Fprintln(os.Stderr, "stockade:", ee.err)
 		}
 		os.Exit(ee.code)

@@ -31,6 +31,7 @@ func newSandboxCmd() *cobra.Command {
 	pf.StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
 	pf.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
 	cmd.AddCommand(newCreateCmd(&co), newGetCmd(&co), newListCmd(&co), newLogsCmd(&co),
+		newExecCmd(&co), newSSHProxyCmd(&co), newSSHConfigCmd(&co), newConnectCmd(&co),
 		newVerbCmd(&co, "stop NAME", "Stop a sandbox (works from Ready, Error, Recovering, Provisioning)", messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE),
 		newVerbCmd(&co, "start NAME", "Start a stopped, completed or failed sandbox on its workspace", messages.Verb_VERB_START, "", 0),
 		newVerbCmd(&co, "recover NAME", "Recover a sandbox in Error or Recovering now (resets the attempt count)", messages.Verb_VERB_RECOVER, "", 0),

@@ -1,0 +1,240 @@
+// Package relay owns the gateway's SSH relay: the relay-listener actor
+// that accepts both ends of a relay (a client that asked for one, and the
+// supervisor told to dial back), pairs them by one-time tokens, and hands
+// the pair to the sandbox's session actor, which splices them in a relay/N
+// actor (stop on failure: that client's stream ends, siblings live). A
+// supervisor dials out to the gateway, so relays work across hosts.
+//
+// Wire format: each side opens a TCP connection to the relay address and
+// sends one line, "STOCKADE-RELAY <token>\n"; after that the stream is the
+// client's SSH connection to the sandbox's SSH server.
+package relay
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+)
+
+// Preamble starts the first line of each side of a relay.
+const Preamble = "STOCKADE-RELAY "
+
+// PairTimeout bounds how long the first side of a relay waits for the other.
+const PairTimeout = 10 * time.Second
+
+// NewToken returns a random one-time token.
+func NewToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Open sends the preamble with token on c.
+func Open(c net.Conn, token string) error {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetWriteDeadline(time.Time{})
+	if _, err := fmt.Fprintf(c, "%s%s\n", Preamble, token); err != nil {
+		return fmt.Errorf("relay: send token: %w", err)
+	}
+	return nil
+}
+
+// Expect registers a relay to come: a client presenting ClientToken and a
+// supervisor presenting SupervisorToken; the pair goes to Session.
+type Expect struct {
+	ClientToken, SupervisorToken string
+	Session                      *actor.PID
+}
+
+// Pair is both ends of a relay, delivered to the session actor. The
+// readers hold bytes already read past the preamble.
+type Pair struct {
+	Client, Supervisor       net.Conn
+	ClientBuf, SupervisorBuf *bufio.Reader
+}
+
+type arrived struct {
+	token string
+	conn  net.Conn
+	buf   *bufio.Reader
+}
+
+type expired struct{ token string }
+
+type pending struct {
+	exp  *Expect
+	pair Pair
+}
+
+// ListenerProps returns the relay-listener actor's props. The listener
+// belongs to the caller (it survives a restart of the actor).
+func ListenerProps(ln net.Listener, log zerolog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &listener{ln: ln, log: log, byToken: map[string]*pending{}}
+	}, actor.WithReceiverMiddleware(supervise.PanicStack(log)))
+}
+
+type listener struct {
+	ln      net.Listener
+	log     zerolog.Logger
+	byToken map[string]*pending
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+func (l *listener) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		l.start(ctx)
+	case *Expect:
+		p := &pending{exp: m}
+		l.byToken[m.ClientToken], l.byToken[m.SupervisorToken] = p, p
+		self, sys := ctx.Self(), ctx.ActorSystem()
+		time.AfterFunc(PairTimeout, func() { sys.Root.Send(self, &expired{token: m.ClientToken}) })
+	case *arrived:
+		p, ok := l.byToken[m.token]
+		if !ok {
+			l.log.Warn().Str("from", m.conn.RemoteAddr().String()).Msg("relay: unknown or already used token")
+			_ = m.conn.Close()
+			return
+		}
+		delete(l.byToken, m.token) // one-time
+		if m.token == p.exp.ClientToken {
+			p.pair.Client, p.pair.ClientBuf = m.conn, m.buf
+		} else {
+			p.pair.Supervisor, p.pair.SupervisorBuf = m.conn, m.buf
+		}
+		if p.pair.Client != nil && p.pair.Supervisor != nil {
+			pair := p.pair
+			ctx.Send(p.exp.Session, &pair)
+		}
+	case *expired:
+		l.expire(m.token)
+	case *actor.Restarting, *actor.Stopping:
+		l.stop()
+	}
+}
+
+// expire drops a relay whose second side never came.
+func (l *listener) expire(clientToken string) {
+	for tok, p := range l.byToken {
+		if p.exp.ClientToken != clientToken {
+			continue
+		}
+		delete(l.byToken, tok)
+		for _, c := range []net.Conn{p.pair.Client, p.pair.Supervisor} {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+		l.log.Warn().Msg("relay: the other side did not arrive in time")
+	}
+}
+
+func (l *listener) start(ctx actor.Context) {
+	l.quit, l.done = make(chan struct{}), make(chan struct{})
+	self, sys := ctx.Self(), ctx.ActorSystem()
+	go func() {
+		defer close(l.done)
+		for {
+			c, err := l.ln.Accept()
+			if err != nil {
+				select {
+				case <-l.quit:
+					return
+				default:
+				}
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					continue
+				}
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			go func() {
+				tok, br, err := readPreamble(c)
+				if err != nil {
+					l.log.Debug().Err(err).Msg("relay: bad preamble")
+					_ = c.Close()
+					return
+				}
+				sys.Root.Send(self, &arrived{token: tok, conn: c, buf: br})
+			}()
+		}
+	}()
+}
+
+func (l *listener) stop() {
+	if l.quit == nil {
+		return
+	}
+	close(l.quit)
+	if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {
+		_ = d.SetDeadline(time.Unix(1, 0))
+		<-l.done
+		_ = d.SetDeadline(time.Time{})
+	}
+	l.quit = nil
+}
+
+func readPreamble(c net.Conn) (string, *bufio.Reader, error) {
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	br := bufio.NewReaderSize(c, 512)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", nil, fmt.Errorf("relay: read preamble: %w", err)
+	}
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, Preamble) || len(line) > len(Preamble)+64 {
+		return "", nil, fmt.Errorf("relay: bad preamble %q", line)
+	}
+	return strings.TrimPrefix(line, Preamble), br, nil
+}
+
+// ActorProps returns the props of one relay/N actor splicing a Pair.
+func ActorProps(p *Pair, log zerolog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &relayActor{pair: p, log: log} })
+}
+
+// ChildName names the n-th relay child of a session.
+func ChildName(n int) string { return "relay/" + strconv.Itoa(n) }
+
+type relayDone struct{}
+
+type relayActor struct {
+	pair    *Pair
+	log     zerolog.Logger
+	running int
+	start   time.Time
+}
+
+func (r *relayActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		r.start = time.Now()
+		self, sys := ctx.Self(), ctx.ActorSystem()
+		p := r.pair
+		r.running = 2
+		go func() { _, _ = proxy.Pipe(p.Supervisor, p.Client, p.ClientBuf); sys.Root.Send(self, &relayDone{}) }()
+		go func() { _, _ = proxy.Pipe(p.Client, p.Supervisor, p.SupervisorBuf); sys.Root.Send(self, &relayDone{}) }()
+	case *relayDone:
+		if r.running--; r.running == 0 {
+			ctx.Stop(ctx.Self())
+		}
+	case *actor.Stopping:
+		_ = r.pair.Client.Close()
+		_ = r.pair.Supervisor.Close()
+		r.log.Debug().Str("relay", ctx.Self().Id).Dur("duration", time.Since(r.start)).Msg("relay closed")
+	}
+}

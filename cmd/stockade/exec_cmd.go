@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/term"
+
+	"github.com/stockade-dev/stockade/actors/relay"
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/messages"
+)
+
+// openRelay asks the gateway for a relay to a Ready sandbox and connects to
+// it. Any failure to get a stream is exit code 5; a refusal (not Ready) is 4.
+func (co *clientOpts) openRelay(cmd *cobra.Command, name string) (net.Conn, *messages.Reply, error) {
+	c, err := co.dial(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	reply, err := c.Request(context.Background(), &messages.RelayRequest{Token: c.Token(), Name: name})
+	if err != nil {
+		return nil, nil, &exitError{exitUnreachable, fmt.Errorf("open relay to %s: %w", name, err)}
+	}
+	if reply.Status != messages.Status_STATUS_OK {
+		return nil, nil, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
+	}
+	conn, err := net.DialTimeout("tcp", reply.RelayAddr, 5*time.Second)
+	if err != nil {
+		return nil, nil, &exitError{exitUnreachable, fmt.Errorf("relay %s: %w", reply.RelayAddr, err)}
+	}
+	if err := relay.Open(conn, reply.RelayToken); err != nil {
+		_ = conn.Close()
+		return nil, nil, &exitError{exitUnreachable, err}
+	}
+	return conn, reply, nil
+}
+
+// sshClient speaks SSH over a relay stream. The stream is already
+// authenticated by the gateway's one-time token; the host key is pinned to
+// the one the sandbox's supervisor reported.
+func sshClient(conn net.Conn, name string, reply *messages.Reply) (*ssh.Client, error) {
+	hk := ssh.InsecureIgnoreHostKey() //nolint:gosec // replaced below when the key is known
+	if reply.HostKey != "" {
+		key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(reply.HostKey))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: bad host key from the gateway: %w", name, err)
+		}
+		hk = ssh.FixedHostKey(key)
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(conn, name, &ssh.ClientConfig{User: "sandbox", HostKeyCallback: hk, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, &exitError{exitUnreachable, fmt.Errorf("ssh to sandbox %s over the relay: %w", name, err)}
+	}
+	return ssh.NewClient(cc, chans, reqs), nil
+}
+
+// shellQuote quotes argv for the remote /bin/sh -c.
+func shellQuote(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+func newExecCmd(co *clientOpts) *cobra.Command {
+	var timeout time.Duration
+	var workdir string
+	var env []string
+	var tty bool
+	cmd := &cobra.Command{
+		Use:   "exec NAME [--timeout D] [--workdir DIR] [--env K=V] [--tty] -- CMD ARGS...",
+		Short: "Run a command in a Ready sandbox; exits with its status",
+		Long: `Run a command in a Ready sandbox over an SSH relay through the gateway.
+stdout and stderr stay separate; stdin is forwarded when it is not a
+terminal; --tty allocates a terminal. The exit code is the command's; 5 when
+no relay could be opened; 4 when the sandbox is not Ready.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv := args[0], args[1:]
+			conn, reply, err := co.openRelay(cmd, name)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			cl, err := sshClient(conn, name, reply)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			sess, err := cl.NewSession()
+			if err != nil {
+				return &exitError{exitUnreachable, fmt.Errorf("sandbox %s: open session: %w", name, err)}
+			}
+			defer sess.Close()
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return &exitError{exitUsage, fmt.Errorf("--env %q: want K=V", kv)}
+				}
+				if err := sess.Setenv(k, v); err != nil {
+					return &exitError{exitFailure, fmt.Errorf("--env %s refused by the sandbox: %w", k, err)}
+				}
+			}
+			sess.Stdout, sess.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+			if !stdinTTY {
+				sess.Stdin = os.Stdin
+			}
+			if tty {
+				w, h := 80, 24
+				if stdinTTY {
+					if cw, ch, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
+						w, h = cw, ch
+					}
+					old, err := term.MakeRaw(int(os.Stdin.Fd()))
+					if err == nil {
+						defer term.Restore(int(os.Stdin.Fd()), old)
+					}
+					sess.Stdin = os.Stdin
+				}
+				if err := sess.RequestPty(envOr("TERM", "xterm"), h, w, ssh.TerminalModes{}); err != nil {
+					return &exitError{exitFailure, fmt.Errorf("sandbox %s: pty: %w", name, err)}
+				}
+			}
+			command := shellQuote(argv)
+			if workdir != "" {
+				command = "cd " + shellQuote([]string{workdir}) + " && exec " + command
+			}
+			done := make(chan error, 1)
+			go func() { done <- sess.Run(command) }()
+			var timer <-chan time.Time
+			if timeout > 0 {
+				timer = time.After(timeout)
+			}
+			select {
+			case err = <-done:
+			case <-timer:
+				_ = sess.Signal(ssh.SIGKILL)
+				_ = sess.Close()
+				return &exitError{exitFailure, fmt.Errorf("sandbox %s: %s did not finish within %s", name, argv[0], timeout)}
+			}
+			var ee *ssh.ExitError
+			switch {
+			case err == nil:
+				return nil
+			case errors.As(err, &ee):
+				if ee.Signal() != "" {
+					return &exitError{128 + signalNumber(ee.Signal()), fmt.Errorf("%s: killed by SIG%s", argv[0], ee.Signal())}
+				}
+				return &exitError{ee.ExitStatus(), nil}
+			default:
+				var missing *ssh.ExitMissingError
+				if errors.As(err, &missing) {
+					return &exitError{exitUnreachable, fmt.Errorf("sandbox %s: the stream ended before the exit status came back", name)}
+				}
+				return &exitError{exitFailure, fmt.Errorf("sandbox %s: %w", name, err)}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (0: no limit)")
+	f.StringVar(&workdir, "workdir", "", "working directory inside (default /sandbox)")
+	f.StringArrayVar(&env, "env", nil, "set K=V in the command's environment (repeatable)")
+	f.BoolVarP(&tty, "tty", "t", false, "allocate a terminal")
+	return cmd
+}
+
+func signalNumber(name string) int {
+	for i := 1; i < 32; i++ {
+		if strings.EqualFold(strings.TrimPrefix(syscall.Signal(i).String(), "signal "), name) {
+			return i
+		}
+	}
+	switch name {
+	case "KILL":
+		return 9
+	case "TERM":
+		return 15
+	case "INT":
+		return 2
+	case "HUP":
+		return 1
+	}
+	return 1
+}
+
+func newSSHProxyCmd(co *clientOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ssh-proxy NAME",
+		Short: "Relay stdin/stdout to a sandbox's SSH server (for ssh's ProxyCommand)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			conn, _, err := co.openRelay(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(conn, os.Stdin); _ = conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(os.Stdout, conn); done <- struct{}{} }()
+			<-done
+			return nil
+		},
+	}
+}
+
+// sshOptions are the options of a Host block for NAME.
+func (co *clientOpts) sshOptions(name string) ([][2]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the stockade binary: %w", err)
+	}
+	state, err := filepath.Abs(co.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return [][2]string{
+		{"HostName", name},
+		{"User", "sandbox"},
+		{"ProxyCommand", fmt.Sprintf("%s sandbox ssh-proxy %s --gateway %s --state-dir %s", self, name, co.gateway, state)},
+		// The relay stream is authenticated by the gateway's one-time token
+		// before SSH starts; the host key adds nothing on this path.
+		{"StrictHostKeyChecking", "no"},
+		{"UserKnownHostsFile", "/dev/null"},
+		{"LogLevel", "ERROR"},
+	}, nil
+}
+
+func newSSHConfigCmd(co *clientOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ssh-config NAME",
+		Short: "Print a Host block for ~/.ssh/config (then: ssh NAME, scp FILE NAME:)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := co.sshOptions(args[0])
+			if err != nil {
+				return &exitError{exitFailure, err}
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Host %s\n", args[0])
+			for _, o := range opts {
+				fmt.Fprintf(out, "  %s %s\n", o[0], o[1])
+			}
+			return nil
+		},
+	}
+}
+
+func newConnectCmd(co *clientOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "connect NAME",
+		Short: "Open a shell in a sandbox with the system ssh",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sshBin, err := exec.LookPath("ssh")
+			if err != nil {
+				return &exitError{exitFailure, errors.New("ssh not found: install the OpenSSH client (Debian: openssh-client)")}
+			}
+			opts, err := co.sshOptions(args[0])
+			if err != nil {
+				return &exitError{exitFailure, err}
+			}
+			argv := []string{"ssh"}
+			for _, o := range opts {
+				argv = append(argv, "-o", o[0]+"="+o[1])
+			}
+			argv = append(argv, args[0])
+			if err := syscall.Exec(sshBin, argv, os.Environ()); err != nil {
+				return &exitError{exitFailure, fmt.Errorf("exec ssh: %w", err)}
+			}
+			return nil
+		},
+	}
+}
