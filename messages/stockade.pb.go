@@ -1201,6 +1201,69 @@ func (x *OpenRelay) GetAddr() string {
 	return ""
 }
 
+// FaultRequest arms a fault at a named point in a sandbox's supervisor
+// (testing and the chaos harness; `stockade sandbox fault`). The gateway
+// forwards it to the supervisor as it is.
+type FaultRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Rule          string                 `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"` // POINT=KIND[:COUNT], e.g. identity.lookup=panic:1; KIND "off" disarms
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FaultRequest) Reset() {
+	*x = FaultRequest{}
+	mi := &file_stockade_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FaultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FaultRequest) ProtoMessage() {}
+
+func (x *FaultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
+func (*FaultRequest) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FaultRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *FaultRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FaultRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -1303,7 +1366,11 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"5\n" +
 	"\tOpenRelay\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"L\n" +
+	"\fFaultRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule*\x9e\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -1336,7 +1403,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1354,21 +1421,22 @@ var file_stockade_proto_goTypes = []any{
 	(*HeartbeatAck)(nil),   // 13: stockade.v1.HeartbeatAck
 	(*RelayRequest)(nil),   // 14: stockade.v1.RelayRequest
 	(*OpenRelay)(nil),      // 15: stockade.v1.OpenRelay
-	nil,                    // 16: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 17: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 18: actor.PID
+	(*FaultRequest)(nil),   // 16: stockade.v1.FaultRequest
+	nil,                    // 17: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 18: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 19: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	16, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	17, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	18, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	19, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	18, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	17, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	19, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
+	18, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	10, // [10:10] is the sub-list for method output_type
 	10, // [10:10] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1387,7 +1455,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

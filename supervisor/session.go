@@ -1,11 +1,15 @@
 package supervisor
 
 import (
+	"context"
+	"net"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/stockade-dev/stockade/actors/relay"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/messages"
 )
 
@@ -36,6 +40,9 @@ type session struct {
 	nextHello time.Time
 	exit      *messages.WorkloadExited // to deliver before the supervisor ends
 	restarts  func() map[string]int64
+	faults    *fault.Set  // armed by FaultRequest (tests, chaos)
+	relays    relayServer // serves SSH on relay streams
+	ctx       context.Context
 	refused   func(reason string) // the gateway refused this instance: end the supervisor
 	exitDone  func()              // the workload's exit was delivered
 	ticker    func()
@@ -82,6 +89,21 @@ func (s *session) Receive(ctx actor.Context) {
 		if s.gw != nil {
 			s.sendExit(ctx)
 		}
+	case *messages.FaultRequest:
+		p, r, err := fault.ParseRule(m.Rule)
+		if err != nil {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
+			return
+		}
+		if r.Kind == fault.KindNone {
+			s.faults.Disarm(p)
+		} else {
+			s.faults.Arm(p, r)
+		}
+		s.log.Warn().Str("rule", m.Rule).Msg("fault armed by request")
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule})
+	case *messages.OpenRelay:
+		go s.serveRelay(m)
 	case *exitAcked:
 		if s.exit != nil {
 			s.exit = nil
@@ -148,4 +170,31 @@ func (s *session) sendExit(ctx actor.Context) {
 		}
 		// else: the next Hello re-sends it
 	})
+}
+
+// relayServer serves one SSH connection on a relay stream.
+type relayServer interface {
+	ServeConn(ctx context.Context, c net.Conn) error
+}
+
+// serveRelay dials the gateway's relay listener, presents the token and
+// serves SSH on the stream until it ends. A failure ends this relay only.
+func (s *session) serveRelay(m *messages.OpenRelay) {
+	if s.relays == nil {
+		s.log.Error().Msg("relay requested but this supervisor has no SSH server")
+		return
+	}
+	c, err := net.DialTimeout("tcp", m.Addr, 5*time.Second)
+	if err != nil {
+		s.log.Warn().Err(err).Str("relay", m.Addr).Msg("relay dial-back failed")
+		return
+	}
+	defer c.Close()
+	if err := relay.Open(c, m.Token); err != nil {
+		s.log.Warn().Err(err).Msg("relay dial-back failed")
+		return
+	}
+	if err := s.relays.ServeConn(s.ctx, c); err != nil {
+		s.log.Debug().Err(err).Msg("relay stream ended")
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
@@ -43,7 +44,8 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	log = log.With().Str("sandbox", sp.Name).Str("instance", sp.Instance).Logger()
 	dir := filepath.Dir(specPath)
 
-	engine := policy.NewEngine(policy.WithLogger(log))
+	faults := fault.NewSet() // armed at run time by FaultRequest (tests, chaos)
+	engine := policy.NewEngine(policy.WithLogger(log), policy.WithFaults(faults))
 	if _, err := engine.Load("policy.yaml", []byte(sp.Policy)); err != nil {
 		return fmt.Errorf("supervisor: policy: %w", err)
 	}
@@ -86,7 +88,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	log.Info().Int("init_pid", sb.InitPid()).Int("workload_pid", sb.WorkloadPid()).Uint64("policy_version", version).Msg("sandbox started")
 
-	b, stopBoundary, err := startBoundary(sp, sb, engine, log)
+	b, stopBoundary, err := startBoundary(sp, sb, engine, faults, log)
 	if err != nil {
 		return err
 	}
@@ -108,6 +110,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		hello: &messages.Hello{Token: sp.Token, Sandbox: sp.Name, Instance: sp.Instance,
 			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version},
 		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
+		faults:   faults, ctx: ctx,
 		refused:  func(why string) { done <- "gateway refused this instance: " + why },
 		exitDone: func() { close(exitDelivered) },
 	}
@@ -151,13 +154,13 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 }
 
 // startBoundary serves the boundary on the sandbox's listeners.
-func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, log zerolog.Logger) (*boundary.Boundary, func(), error) {
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, faults fault.Injector, log zerolog.Logger) (*boundary.Boundary, func(), error) {
 	px, udp, tcp, _ := sb.Listeners()
 	diag, err := sb.DupDiagFD()
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids))
+	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids), identity.WithInjector(faults))
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}
@@ -191,7 +194,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine,
 	b, err := boundary.Start(sys, boundary.Config{
 		Proxy: px, DNSPacket: udp, DNSStream: tcp,
 		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
-		AllowLoopback: sp.AllowLoopback, Audit: audit.Multi{audit.LogSink{Log: log}, af},
+		AllowLoopback: sp.AllowLoopback, Audit: audit.Multi{audit.LogSink{Log: log}, af}, Injector: faults,
 		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name,
 	})
 	if err != nil {

@@ -62,6 +62,12 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		a.hello(ctx, m)
 	case *messages.RelayRequest:
 		a.openRelay(ctx)
+	case *messages.FaultRequest:
+		if a.supRemote == nil {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s has no supervisor session", a.name)})
+			return
+		}
+		ctx.Forward(a.supRemote) // the supervisor answers the client
 	case *messages.WorkloadExited:
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })

@@ -54,6 +54,8 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		a.route(ctx, m.Name)
 	case *messages.RelayRequest:
 		a.route(ctx, m.Name)
+	case *messages.FaultRequest:
+		a.route(ctx, m.Name)
 	case *messages.Hello:
 		if pid, ok := a.kids[m.Sandbox]; ok {
 			ctx.Forward(pid)

@@ -169,8 +169,10 @@ func ParseRule(s string) (Point, Rule, error) {
 		r.Kind = KindError
 	case "panic":
 		r.Kind = KindPanic
+	case "off":
+		r.Kind = KindNone
 	default:
-		return "", Rule{}, fmt.Errorf("fault %q: kind %q is not one of error, panic", s, kindStr)
+		return "", Rule{}, fmt.Errorf("fault %q: kind %q is not one of error, panic, off", s, kindStr)
 	}
 	if countStr != "" {
 		if _, err := fmt.Sscanf(countStr, "%d", &r.Count); err != nil || r.Count < 0 {

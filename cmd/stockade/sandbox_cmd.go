@@ -31,7 +31,7 @@ func newSandboxCmd() *cobra.Command {
 	pf.StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
 	pf.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
 	cmd.AddCommand(newCreateCmd(&co), newGetCmd(&co), newListCmd(&co), newLogsCmd(&co),
-		newExecCmd(&co), newSSHProxyCmd(&co), newSSHConfigCmd(&co), newConnectCmd(&co),
+		newExecCmd(&co), newSSHProxyCmd(&co), newSSHConfigCmd(&co), newConnectCmd(&co), newFaultCmd(&co),
 		newVerbCmd(&co, "stop NAME", "Stop a sandbox (works from Ready, Error, Recovering, Provisioning)", messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE),
 		newVerbCmd(&co, "start NAME", "Start a stopped, completed or failed sandbox on its workspace", messages.Verb_VERB_START, "", 0),
 		newVerbCmd(&co, "recover NAME", "Recover a sandbox in Error or Recovering now (resets the attempt count)", messages.Verb_VERB_RECOVER, "", 0),
@@ -74,6 +74,8 @@ func request(c *client.Client, msg any) (*messages.Reply, error) {
 	case *messages.SandboxRequest:
 		reply, err = c.Request(context.Background(), m)
 	case *messages.ListRequest:
+		reply, err = c.Request(context.Background(), m)
+	case *messages.FaultRequest:
 		reply, err = c.Request(context.Background(), m)
 	}
 	if err != nil {
@@ -333,4 +335,26 @@ func newListCmd(co *clientOpts) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", "table", "table, json or yaml")
 	return cmd
+}
+
+func newFaultCmd(co *clientOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:    "fault NAME POINT=KIND[:COUNT]",
+		Short:  "Arm a fault in a sandbox's supervisor (testing; KIND error, panic or off)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			reply, err := request(c, &messages.FaultRequest{Token: c.Token(), Name: args[0], Rule: args[1]})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), reply.Message)
+			return nil
+		},
+	}
 }
