@@ -31,9 +31,10 @@
 //     the exec stage, hands the four descriptors, the warnings and the
 //     workload's pid to the parent over a SOCK_SEQPACKET socketpair
 //     (SCM_RIGHTS), reaps every orphan, reports the workload's exit status,
-//     and exits when the parent's end of the socketpair closes; the kernel
-//     then kills every process of the pid namespace. Init stays outside
-//     Landlock and ignores the signals a workload could send it.
+//     serves Exec requests (below), and exits when the parent's end of the
+//     socketpair closes; the kernel then kills every process of the pid
+//     namespace. Init stays outside Landlock and ignores the signals a
+//     workload could send it.
 //   - Exec: empties the inheritable and ambient capability sets, cuts the
 //     bounding set to Docker's default (never CAP_SYS_ADMIN or
 //     CAP_NET_ADMIN), drops supplementary groups, sets RunAsGroup and
@@ -42,6 +43,19 @@
 //     close-on-exec (close_range) and execs the workload with HTTP(S)_PROXY
 //     pointing at the proxy. A failure before execve (a missing binary, a
 //     hard_requirement path) fails Start with the cause.
+//
+// Sandbox.Exec runs another process in a running sandbox without setns:
+// the parent sends init a request (an ID, argv, env, workdir, session and
+// controlling-terminal flags) with the process's stdin, stdout and stderr
+// as SCM_RIGHTS, and init starts it through the same exec stage as the
+// workload, with the workload's config but for argv, env and workdir, so it
+// is confined exactly like the workload. Init answers with the start (its
+// pid as SCM_CREDENTIALS, which the kernel translates to the host's
+// numbering) or the failure, then the exit status it reaped, all keyed by
+// the ID; any number of Execs may be in flight. Signals go through init,
+// which holds a pidfd for each process. A failed request concerns only its
+// caller. Exec'd processes end with the sandbox (Close, Kill, init's
+// death), not with the workload; once the workload has exited Exec refuses.
 //
 // Landlock is applied with the raw system calls to the exec stage's locked
 // thread, which is the one that execs, so the workload inherits the domain;

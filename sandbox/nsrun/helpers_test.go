@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,7 @@ type helperReport struct {
 	Status      ExitStatus `json:"status"`
 	Warnings    []string   `json:"warnings,omitempty"`
 	HaveSockets bool       `json:"have_sockets,omitempty"`
+	ExecOut     string     `json:"exec_out,omitempty"`
 }
 
 func report(r helperReport) int {
@@ -73,28 +75,81 @@ func supervisorHelper() int {
 }
 
 // unprivilegedHelper runs as an unprivileged user: a sandbox whose
-// workload (uid 1000 inside) records its ids and uid map.
+// workload (uid 1000 inside) records its ids and uid map, then waits for
+// an exec'd process that prints its uid and its pid as the host's kill
+// finds it.
 func unprivilegedHelper() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	stdin, hold, err := os.Pipe()
+	if err != nil {
+		return report(helperReport{Error: err.Error()})
+	}
 	sb, err := Start(ctx, Spec{
 		Argv: []string{"/bin/bash", "-c",
-			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; : > /sandbox/made"},
+			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; : > /sandbox/made; exec cat"},
 		Workspace:  os.Getenv(helperWorkspace),
 		RunAsUser:  1000,
 		RunAsGroup: 1000,
 		Filesystem: Filesystem{ReadOnly: append(baseReadOnly(), "/proc"), ReadWrite: []string{WorkspaceMount}},
+		Stdin:      stdin,
 	})
+	stdin.Close()
 	if err != nil {
 		return report(helperReport{Error: err.Error()})
 	}
 	defer sb.Close()
+	execOut, err := execReport(ctx, sb)
+	hold.Close()
+	if err != nil {
+		return report(helperReport{Error: err.Error()})
+	}
 	proxy, udp, tcp, diag := sb.Listeners()
 	st, err := sb.Wait()
 	if err != nil {
 		return report(helperReport{Error: err.Error()})
 	}
-	return report(helperReport{Status: st, Warnings: sb.Warnings(), HaveSockets: proxy != nil && udp != nil && tcp != nil && diag >= 0})
+	return report(helperReport{Status: st, Warnings: sb.Warnings(), HaveSockets: proxy != nil && udp != nil && tcp != nil && diag >= 0,
+		ExecOut: execOut})
+}
+
+// execReport execs `id -u; cat` in sb and returns its uid and whether
+// the host sees its Pid as a process of the sandbox ("1000 host-pid").
+func execReport(ctx context.Context, sb *Sandbox) (string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	in, hold, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return "", err
+	}
+	defer hold.Close()
+	p, err := sb.Exec(ctx, ExecSpec{Argv: []string{"sh", "-c", "id -u; exec cat"}, Stdin: in, Stdout: w})
+	w.Close()
+	in.Close()
+	if err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("exec output: %w", err)
+	}
+	pids, err := sb.Pids()
+	if err != nil {
+		return "", err
+	}
+	where := "not-in-sandbox"
+	if slices.Contains(pids, p.Pid()) {
+		where = "host-pid"
+	}
+	hold.Close()
+	if st, err := p.Wait(); err != nil || !st.Success() {
+		return "", fmt.Errorf("exec'd process: %s %v", st, err)
+	}
+	return strings.TrimSpace(line) + " " + where, nil
 }
 
 // runHelper starts the test binary as a helper (exec'd through a

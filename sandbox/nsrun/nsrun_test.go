@@ -508,7 +508,7 @@ func TestUnprivileged(t *testing.T) {
 		}
 		t.Fatalf("helper: %s", r.Error)
 	}
-	if !r.Status.Success() || !r.HaveSockets {
+	if !r.Status.Success() || !r.HaveSockets || r.ExecOut != "1000 host-pid" {
 		t.Fatalf("helper report %+v", r)
 	}
 	spec := Spec{Workspace: ws}
@@ -542,7 +542,7 @@ func TestWorkloadEnv(t *testing.T) {
 func TestEnumStrings(t *testing.T) {
 	for v, want := range map[fmt.Stringer]string{
 		BestEffort: "best_effort", HardRequirement: "hard_requirement", Mode(9): "Mode(9)",
-		msgConfig: "config", msgExited: "exited", msgKind(0): "msgKind(0)",
+		msgConfig: "config", msgExited: "exited", msgExec: "exec", msgExecStarted: "exec-started", msgSignal: "signal", msgKind(0): "msgKind(0)",
 		ExitStatus{Code: 3}: "exit 3", ExitStatus{Code: -1, Signal: syscall.SIGKILL}: "signal killed",
 	} {
 		if got := v.String(); got != want {

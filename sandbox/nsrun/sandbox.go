@@ -77,6 +77,11 @@ type Sandbox struct {
 	closeOnce  sync.Once
 	closeErr   error
 	listenerMu sync.Mutex
+
+	procMu   sync.Mutex
+	nextID   uint64              // of the last Exec
+	procs    map[uint64]*Process // exec'd processes not yet ended
+	chanDone bool                // init's channel has ended: no more Exec
 }
 
 // Start creates the sandbox and starts the workload. It returns once the
@@ -107,6 +112,12 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("nsrun: socketpair: %w", err)
+	}
+	// Init's reports name processes by SCM_CREDENTIALS, which the kernel
+	// translates to host pids for a receiver that asks.
+	if err := unix.SetsockoptInt(pair[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		closeFDs(pair[:])
+		return nil, fmt.Errorf("nsrun: socketpair: SO_PASSCRED: %w", err)
 	}
 	conn, err := fileConn(pair[0])
 	if err != nil {
@@ -139,6 +150,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		conn:     conn,
 		exited:   make(chan struct{}),
 		initDone: make(chan struct{}),
+		procs:    map[uint64]*Process{},
 	}
 	go func() {
 		err := cmd.Wait()
@@ -149,7 +161,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		_ = s.Kill()
 		return nil, err
 	}
-	go s.readExit()
+	go s.readLoop()
 	s.log.Debug().Int("workload_pid", s.workloadPid).Strs("warnings", s.warnings).Int("landlock_abi", s.landlockABI).Msg("sandbox started")
 	return s, nil
 }
@@ -243,8 +255,19 @@ func (s *Sandbox) handshake(ctx context.Context, cfg *stageConfig, trees []int) 
 		return fmt.Errorf("nsrun: start: init's pid namespace: %w", err)
 	}
 	s.pidNS = ns
-	s.workloadPid = hostPid(s.pidNS, r.m.Pid)
+	s.workloadPid = s.hostPidOf(r.m)
 	return nil
+}
+
+// hostPidOf returns the host pid of the process a started message names:
+// the kernel's translation of its SCM_CREDENTIALS or, if init could not
+// attach them (the kernel then gives init's own pid), a search of the
+// sandbox's pid namespace; 0 if the process is gone.
+func (s *Sandbox) hostPidOf(m message) int {
+	if m.credPid > 0 && m.credPid != s.cmd.Process.Pid {
+		return m.credPid
+	}
+	return hostPid(s.pidNS, m.Pid)
 }
 
 // initExit describes how init ended, if it has within a moment; for start
@@ -289,19 +312,32 @@ func (s *Sandbox) adopt(fds []int) error {
 	return nil
 }
 
-// readExit reads init's messages after the start: the workload's exit
-// status, then end of file when init is gone.
-func (s *Sandbox) readExit() {
+// readLoop reads init's messages after the start: the workload's exit
+// status, the starts, failures and exits of exec'd processes, then end of
+// file when init is gone. It never blocks on anything but the channel.
+func (s *Sandbox) readLoop() {
 	for {
 		m, fds, err := recv(s.conn)
 		closeFDs(fds)
+		if errors.Is(err, errBadMessage) {
+			s.log.Warn().Err(err).Msg("unreadable message from init")
+			continue
+		}
 		if err != nil {
 			s.setExit(ExitStatus{}, ErrInitExited)
+			s.endProcs()
 			return
 		}
-		if m.Kind == msgExited && m.Status != nil {
+		switch {
+		case m.Kind == msgExited && m.Status != nil && m.ID == 0:
 			s.log.Debug().Stringer("status", m.Status).Msg("workload exited")
 			s.setExit(*m.Status, nil)
+		case m.Kind == msgExited && m.Status != nil:
+			s.procExited(m.ID, *m.Status)
+		case m.Kind == msgExecStarted:
+			s.procStarted(m)
+		case m.Kind == msgFailed && m.ID != 0:
+			s.procFailed(m.ID, errors.New(m.Error))
 		}
 	}
 }
@@ -345,8 +381,9 @@ func (s *Sandbox) DupDiagFD() (int, error) {
 // InitPid is the host pid of the sandbox's init.
 func (s *Sandbox) InitPid() int { return s.cmd.Process.Pid }
 
-// WorkloadPid is the host pid of the workload, or 0 if it had already
-// exited when Start looked.
+// WorkloadPid is the host pid of the workload (translated by the kernel
+// from init's report; 0 only in the rare case that it had exited before
+// init could name it).
 func (s *Sandbox) WorkloadPid() int { return s.workloadPid }
 
 // Warnings are what the start skipped (BestEffort filesystem paths, mounts
