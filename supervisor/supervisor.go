@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
@@ -30,6 +31,7 @@ import (
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
 	"github.com/stockade-dev/stockade/sandbox/spec"
+	"github.com/stockade-dev/stockade/supervisor/sshd"
 )
 
 var errUnexpected = errors.New("unexpected reply type")
@@ -94,6 +96,16 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	defer stopBoundary()
 
+	// The SSH server for exec and connect: one connection per relay stream;
+	// its processes run inside the sandbox. The host key stays in the
+	// sandbox's directory, stable across supervisor restarts.
+	srv, err := sshd.New(sshd.Config{HostKeyPath: filepath.Join(dir, "ssh_host_ed25519_key"),
+		Spawner: nsSpawner{sb}, Logger: log.With().Str("component", "sshd").Logger()})
+	if err != nil {
+		return fmt.Errorf("supervisor: ssh server: %w", err)
+	}
+	defer srv.Close()
+
 	// The session: a remote endpoint of our own (protoactor has no
 	// client-only mode) and a session actor saying Hello to the gateway.
 	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
@@ -108,9 +120,10 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	s := &session{
 		log: log, api: actor.NewPID(sp.Gateway, client.APIActor),
 		hello: &messages.Hello{Token: sp.Token, Sandbox: sp.Name, Instance: sp.Instance,
-			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version},
+			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version,
+			HostKey: string(ssh.MarshalAuthorizedKey(srv.HostKey()))},
 		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
-		faults:   faults, ctx: ctx,
+		faults:   faults, ctx: ctx, relays: srv,
 		refused:  func(why string) { done <- "gateway refused this instance: " + why },
 		exitDone: func() { close(exitDelivered) },
 	}
