@@ -62,9 +62,15 @@ func TestSeed000IdentityFailureDuringExec(t *testing.T) {
 	if s.Phase != "Ready" || len(s.Transitions) != 2 {
 		t.Fatalf("sandbox left Ready: %+v", s)
 	}
+	for _, kind := range []string{"sandbox", "session", "relay"} {
+		n, ok := s.Restarts[kind]
+		if !ok || n != 0 {
+			t.Fatalf("restarts[%s] = %d (present %v); faults at connection level must stay there: %v", kind, n, ok, s.Restarts)
+		}
+	}
 	for kind, n := range s.Restarts {
 		if n != 0 {
-			t.Fatalf("%s restarted %d times; faults at connection level must stay there", kind, n)
+			t.Fatalf("%s restarted %d times: %v", kind, n, s.Restarts)
 		}
 	}
 }

@@ -46,15 +46,19 @@ type sandboxActor struct {
 	sessions   int        // session children spawned (names session/N)
 	supRemote  *actor.PID // the supervisor's session actor (current instance)
 	hostKey    string     // the sandbox's SSH host key
-	cancel     scheduler.CancelFunc
-	audit      *audit.File
-	timers     *scheduler.TimerScheduler
+	// children counts the directives applied to this sandbox's session
+	// and relay actors (kept across their replacements).
+	children *supervise.Counters
+	cancel   scheduler.CancelFunc
+	audit    *audit.File
+	timers   *scheduler.TimerScheduler
 }
 
 func (a *sandboxActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.timers = scheduler.NewTimerScheduler(ctx)
+		a.children = supervise.NewCounters()
 		a.start(ctx)
 	case *messages.SandboxRequest:
 		a.verb(ctx, m)
@@ -427,7 +431,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	}
 	a.dropSession(ctx)
 	a.supRemote, a.hostKey = h.Supervisor, h.HostKey
-	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log), supervise.WithCounters(a.env.Counters))
+	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log), supervise.WithCounters(a.children))
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &sessionActor{sandbox: ctx.Self(), remote: h.Supervisor, log: a.env.Log.With().Str("sandbox", a.name).Logger()}
 	}, actor.WithSupervisor(leaf), actor.WithReceiverMiddleware(supervise.PanicStack(a.env.Log)))
@@ -492,8 +496,12 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	for k, v := range a.hbRestarts {
 		st.Restarts[k] = v
 	}
-	// The sandboxes strategy counts this actor under its name.
+	// The sandboxes strategy counts this actor under its name; session and
+	// relay actors are stopped on failure, so their failures are counted.
 	st.Restarts["sandbox"] = a.env.Counters.Get(a.name, actor.RestartDirective)
+	for _, kind := range []string{"session", "relay"} {
+		st.Restarts[kind] = a.children.Get(kind, actor.RestartDirective) + a.children.Get(kind, actor.StopDirective)
+	}
 	for _, r := range s.Transitions {
 		st.Transitions = append(st.Transitions, &messages.Transition{From: r.From.String(), To: r.To.String(), Reason: reasonText(r.Reason), AtUnixMs: r.At.UnixMilli()})
 	}
