@@ -23,23 +23,14 @@ import (
 var bin string // the stockade binary under test
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "stockade-e2e-")
+	b, cleanup, err := testenv.BuildStockade("../cmd/stockade")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// Readable by the unprivileged gateway of the "unprivileged" runs.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "stockade")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/stockade").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build stockade: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	bin = b
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

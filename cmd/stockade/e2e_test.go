@@ -23,18 +23,14 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "stockade-e2e-")
+	b, cleanup, err := testenv.BuildStockade(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "stockade")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build stockade: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	binPath = b
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

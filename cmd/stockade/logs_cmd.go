@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/messages"
@@ -35,14 +36,10 @@ func newLogsCmd(co *clientOpts) *cobra.Command {
 		Short: "Show a sandbox's workload output and boundary decisions",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := co.dial(cmd)
-			if err != nil {
-				return err
-			}
 			name := args[0]
-			_, err = request(c, &messages.SandboxRequest{Token: c.Token(), Name: name, Verb: messages.Verb_VERB_GET})
-			c.Close()
-			if err != nil {
+			if _, err := co.call(cmd, func(tok string) proto.Message {
+				return &messages.SandboxRequest{Token: tok, Name: name, Verb: messages.Verb_VERB_GET}
+			}); err != nil {
 				return err
 			}
 			dir := filepath.Join(co.stateDir, "sandboxes", name)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 	"gopkg.in/yaml.v3"
 
 	"github.com/stockade-dev/stockade/client"
@@ -65,19 +66,10 @@ func (co *clientOpts) dial(cmd *cobra.Command) (*client.Client, error) {
 	return c, nil
 }
 
-func request(c *client.Client, msg any) (*messages.Reply, error) {
-	var reply *messages.Reply
-	var err error
-	switch m := msg.(type) {
-	case *messages.CreateRequest:
-		reply, err = c.Request(context.Background(), m)
-	case *messages.SandboxRequest:
-		reply, err = c.Request(context.Background(), m)
-	case *messages.ListRequest:
-		reply, err = c.Request(context.Background(), m)
-	case *messages.FaultRequest:
-		reply, err = c.Request(context.Background(), m)
-	}
+// request sends one request and turns a failure or a non-OK reply into an
+// exit error with the code of DESIGN.md.
+func request(c *client.Client, msg proto.Message) (*messages.Reply, error) {
+	reply, err := c.Request(context.Background(), msg)
 	if err != nil {
 		if errors.Is(err, client.ErrUnreachable) {
 			return nil, &exitError{exitUnreachable, err}
@@ -88,6 +80,17 @@ func request(c *client.Client, msg any) (*messages.Reply, error) {
 		return reply, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
 	}
 	return reply, nil
+}
+
+// call dials the gateway, sends one request built with the client's token
+// and closes the connection.
+func (co *clientOpts) call(cmd *cobra.Command, build func(token string) proto.Message) (*messages.Reply, error) {
+	c, err := co.dial(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return request(c, build(c.Token()))
 }
 
 func newCreateCmd(co *clientOpts) *cobra.Command {
@@ -175,16 +178,13 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := co.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			v := verb
 			if alt {
 				v = flagVerb
 			}
-			reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: args[0], Verb: v})
+			reply, err := co.call(cmd, func(tok string) proto.Message {
+				return &messages.SandboxRequest{Token: tok, Name: args[0], Verb: v}
+			})
 			if err != nil {
 				return err
 			}
@@ -270,12 +270,9 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 		Short: "Show a sandbox: phase, reason, message, recovery, pids, transitions",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := co.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: args[0], Verb: messages.Verb_VERB_GET})
+			reply, err := co.call(cmd, func(tok string) proto.Message {
+				return &messages.SandboxRequest{Token: tok, Name: args[0], Verb: messages.Verb_VERB_GET}
+			})
 			if err != nil {
 				return err
 			}
@@ -312,12 +309,7 @@ func newListCmd(co *clientOpts) *cobra.Command {
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := co.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			reply, err := request(c, &messages.ListRequest{Token: c.Token()})
+			reply, err := co.call(cmd, func(tok string) proto.Message { return &messages.ListRequest{Token: tok} })
 			if err != nil {
 				return err
 			}
@@ -344,12 +336,9 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := co.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			reply, err := request(c, &messages.FaultRequest{Token: c.Token(), Name: args[0], Rule: args[1]})
+			reply, err := co.call(cmd, func(tok string) proto.Message {
+				return &messages.FaultRequest{Token: tok, Name: args[0], Rule: args[1]}
+			})
 			if err != nil {
 				return err
 			}

@@ -6,8 +6,10 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -59,4 +61,26 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// BuildStockade builds the stockade binary from pkg (a path relative to
+// the calling test's directory, e.g. "../cmd/stockade") into a fresh
+// temporary directory readable by every user (tests run gateways as other
+// users too). Call it from TestMain; cleanup removes the directory.
+func BuildStockade(pkg string) (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "stockade-bin-")
+	if err != nil {
+		return "", nil, fmt.Errorf("build stockade: %w", err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if err := os.Chmod(dir, 0o755); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("build stockade: %w", err)
+	}
+	bin = filepath.Join(dir, "stockade")
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("build stockade: %w\n%s", err, out)
+	}
+	return bin, cleanup, nil
 }
