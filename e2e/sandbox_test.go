@@ -193,3 +193,27 @@ func TestWrongTokenRefused(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestBoundaryFailedRecovers: a proxy listener that keeps failing past its
+// restart budget (armed at proxy.listen) ends in Error/BoundaryFailed; the
+// gateway recovers the sandbox with a fresh supervisor on the same
+// workspace.
+func TestBoundaryFailedRecovers(t *testing.T) {
+	w := newWorld(t, 0)
+	s := w.create("fragile", fmt.Sprintf(`echo keep > /sandbox/keep; while true; do curl -s -m 2 -o /dev/null http://api.test:%d/; sleep 0.2; done`, w.webPort))
+	w.file(s, "keep")
+	if _, errOut, code := w.cli("fault", "fragile", "proxy.listen=error"); code != 0 {
+		t.Fatalf("arm proxy.listen: %d %s", code, errOut)
+	}
+	r := w.waitPhase("fragile", "Ready", 20*time.Second, func(n status) bool { return n.SupervisorPid != s.SupervisorPid })
+	seen := false
+	for _, tr := range r.Transitions {
+		seen = seen || (tr.To == "Error" && tr.Reason == "BoundaryFailed")
+	}
+	if !seen {
+		t.Fatalf("no Error/BoundaryFailed in the transitions: %+v", r.Transitions)
+	}
+	if got := w.file(r, "keep"); got != "keep\n" {
+		t.Fatalf("workspace after recovery: %q", got)
+	}
+}

@@ -1264,6 +1264,70 @@ func (x *FaultRequest) GetRule() string {
 	return ""
 }
 
+// BoundaryFailed reports that a boundary listener of the supervisor
+// exhausted its restart budget (10 in 10 s): the sandbox can no longer
+// mediate its egress, so the gateway moves it to Error/BoundaryFailed and
+// recovers it with a fresh supervisor.
+type BoundaryFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Instance      string                 `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoundaryFailed) Reset() {
+	*x = BoundaryFailed{}
+	mi := &file_stockade_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoundaryFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoundaryFailed) ProtoMessage() {}
+
+func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoundaryFailed.ProtoReflect.Descriptor instead.
+func (*BoundaryFailed) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BoundaryFailed) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *BoundaryFailed) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *BoundaryFailed) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -1370,7 +1434,11 @@ const file_stockade_proto_rawDesc = "" +
 	"\fFaultRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
-	"\x04rule\x18\x03 \x01(\tR\x04rule*\x9e\x01\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\"^\n" +
+	"\x0eBoundaryFailed\x12\x18\n" +
+	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail*\x9e\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -1403,7 +1471,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1422,21 +1490,22 @@ var file_stockade_proto_goTypes = []any{
 	(*RelayRequest)(nil),   // 14: stockade.v1.RelayRequest
 	(*OpenRelay)(nil),      // 15: stockade.v1.OpenRelay
 	(*FaultRequest)(nil),   // 16: stockade.v1.FaultRequest
-	nil,                    // 17: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 18: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 19: actor.PID
+	(*BoundaryFailed)(nil), // 17: stockade.v1.BoundaryFailed
+	nil,                    // 18: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 19: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 20: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	17, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	18, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	19, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	20, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	19, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	18, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	20, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
+	19, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	10, // [10:10] is the sub-list for method output_type
 	10, // [10:10] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1455,7 +1524,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -25,6 +25,8 @@ type (
 		ok bool
 	}
 	exitAcked struct{}
+	// boundaryGaveUp: a boundary listener exhausted its restart budget.
+	boundaryGaveUp struct{ detail string }
 )
 
 // session is the supervisor's end of the gateway session.
@@ -102,6 +104,11 @@ func (s *session) Receive(ctx actor.Context) {
 		}
 		s.log.Warn().Str("rule", m.Rule).Msg("fault armed by request")
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule})
+	case *boundaryGaveUp:
+		s.log.Error().Str("detail", m.detail).Msg("boundary failed past its restart budget; telling the gateway")
+		if s.gw != nil {
+			ctx.Send(s.gw, &messages.BoundaryFailed{Sandbox: s.hello.Sandbox, Instance: s.hello.Instance, Detail: m.detail})
+		}
 	case *messages.OpenRelay:
 		go s.serveRelay(m)
 	case *exitAcked:

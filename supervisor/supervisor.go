@@ -90,7 +90,13 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	log.Info().Int("init_pid", sb.InitPid()).Int("workload_pid", sb.WorkloadPid()).Uint64("policy_version", version).Msg("sandbox started")
 
-	b, stopBoundary, err := startBoundary(sp, sb, engine, faults, log)
+	gaveUp := make(chan string, 1)
+	b, stopBoundary, err := startBoundary(sp, sb, engine, faults, log, func(kind string, reason any) {
+		select {
+		case gaveUp <- fmt.Sprintf("%s actor failed 10 times in 10 s (last: %v)", kind, reason):
+		default:
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -133,6 +139,11 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	cancelTick := scheduler.NewTimerScheduler(sys.Root).SendRepeatedly(heartbeatEvery, heartbeatEvery, sess, &tick{})
 	defer cancelTick()
+	go func() { // the boundary gave up: the gateway decides (Error/BoundaryFailed -> recovery)
+		if why, ok := <-gaveUp; ok {
+			sys.Root.Send(sess, &boundaryGaveUp{detail: why})
+		}
+	}()
 
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -167,7 +178,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 }
 
 // startBoundary serves the boundary on the sandbox's listeners.
-func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, faults fault.Injector, log zerolog.Logger) (*boundary.Boundary, func(), error) {
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, faults fault.Injector, log zerolog.Logger, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
 	px, udp, tcp, _ := sb.Listeners()
 	diag, err := sb.DupDiagFD()
 	if err != nil {
@@ -208,7 +219,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine,
 		Proxy: px, DNSPacket: udp, DNSStream: tcp,
 		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
 		AllowLoopback: sp.AllowLoopback, Audit: audit.Multi{audit.LogSink{Log: log}, af}, Injector: faults,
-		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name,
+		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
 	})
 	if err != nil {
 		_ = af.Close()

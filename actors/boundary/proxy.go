@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
 // Messages of the proxy actor.
@@ -28,12 +30,19 @@ type proxyActor struct {
 func (a *proxyActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
+			panic(fmt.Errorf("proxy listener: %w", err))
+		}
 		send := sendTo(ctx.ActorSystem(), ctx.Self())
 		a.loop = startAcceptLoop(a.b.cfg.Proxy,
 			func(c net.Conn) { send(&accepted{conn: c}) },
 			func(err error) { send(&acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
 	case *accepted:
+		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
+			_ = m.conn.Close()
+			panic(fmt.Errorf("proxy listener: %w", err))
+		}
 		a.next++
 		a.b.stats.Conns.Add(1)
 		a.b.live.add(m.conn)

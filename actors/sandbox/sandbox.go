@@ -76,6 +76,10 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })
 		}
+	case *messages.BoundaryFailed:
+		if m.Instance == a.rec.InstanceID {
+			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.BoundaryFailed{Detail: m.Detail}) })
+		}
 	case *messages.Heartbeat:
 		a.hbRestarts = m.Restarts
 		if m.WorkloadPid != 0 && int(m.WorkloadPid) != a.rec.WorkloadPID {

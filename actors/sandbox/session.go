@@ -36,6 +36,8 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 	case *messages.WorkloadExited:
 		ctx.Send(s.sandbox, m)
 		ctx.Respond(&messages.HeartbeatAck{})
+	case *messages.BoundaryFailed:
+		ctx.Send(s.sandbox, m)
 	case *relay.Pair:
 		s.relays++
 		if _, err := ctx.SpawnNamed(relay.ActorProps(m, s.log), relay.ChildName(s.relays)); err != nil {

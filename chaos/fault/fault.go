@@ -27,6 +27,10 @@ const (
 	DNSQuery Point = "dns.query"
 	// ProxyAccept is the start of a proxy connection actor's work.
 	ProxyAccept Point = "proxy.accept"
+	// ProxyListen is the proxy listener actor: its start and each accepted
+	// connection. An armed error makes the listener fail and restart until
+	// its budget is spent (BoundaryFailed).
+	ProxyListen Point = "proxy.listen"
 )
 
 // Kind says what an injected fault does.
