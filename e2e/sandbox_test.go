@@ -217,3 +217,54 @@ func TestBoundaryFailedRecovers(t *testing.T) {
 		t.Fatalf("workspace after recovery: %q", got)
 	}
 }
+
+// TestWorkloadExits: exit 0 -> Completed (start runs it again); a failing
+// workload with restart on-failure is restarted on the same workspace until
+// it stays up; with restart never it stays in Error/WorkloadFailed, and
+// stop and start work from there.
+func TestWorkloadExits(t *testing.T) {
+	w := newWorld(t, 0)
+	run := func(name, restart, script string) {
+		t.Helper()
+		out, errOut, code := w.cli("create", name, "--policy", w.policy, "--restart", restart, "--no-wait", "--", "/bin/sh", "-c", script)
+		if code != 0 {
+			t.Fatalf("create %s: %d %s%s", name, code, out, errOut)
+		}
+	}
+	counter := `n=$(cat /sandbox/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /sandbox/n; `
+
+	run("done", "on-failure", counter+`exit 0`)
+	w.waitPhase("done", "Completed", 15*time.Second, nil)
+	if _, errOut, code := w.cli("start", "done"); code != 0 {
+		t.Fatalf("start from Completed: %d %s", code, errOut)
+	}
+	w.waitPhase("done", "Completed", 15*time.Second, func(s status) bool {
+		b, _ := os.ReadFile(filepath.Join(s.Workspace, "n"))
+		return string(b) == "2\n"
+	})
+
+	run("flaky", "on-failure", counter+`[ $n -ge 3 ] && exec sleep 1000; exit 1`)
+	f := w.waitPhase("flaky", "Ready", 30*time.Second, func(s status) bool {
+		b, _ := os.ReadFile(filepath.Join(s.Workspace, "n"))
+		return string(b) == "3\n"
+	})
+	failed := 0
+	for _, tr := range f.Transitions {
+		if tr.Reason == "WorkloadFailed" && tr.To == "Error" {
+			failed++
+		}
+	}
+	if failed < 1 {
+		t.Fatalf("no Error/WorkloadFailed on the way: %+v", f.Transitions)
+	}
+
+	run("once", "never", `exit 3`)
+	e := w.waitPhase("once", "Error", 15*time.Second, nil)
+	if e.Reason != "WorkloadFailed" || !strings.Contains(e.Message, "3") {
+		t.Fatalf("restart never, exit 3: %s/%s %q", e.Phase, e.Reason, e.Message)
+	}
+	if _, errOut, code := w.cli("stop", "once"); code != 0 {
+		t.Fatalf("stop from Error: %d %s", code, errOut)
+	}
+	w.waitPhase("once", "Stopped", 15*time.Second, nil)
+}
