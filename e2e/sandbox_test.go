@@ -268,3 +268,37 @@ func TestWorkloadExits(t *testing.T) {
 	}
 	w.waitPhase("once", "Stopped", 15*time.Second, nil)
 }
+
+// TestStartFailed: a policy whose hard_requirement names a path that does
+// not exist fails the start: Error/StartFailed with the supervisor's reason
+// (the path) in the message, then recovery attempts; stop gets out.
+func TestStartFailed(t *testing.T) {
+	w := newWorld(t, 0)
+	bad := filepath.Join(sharedDir(t, 0), "policy.yaml")
+	write(t, bad, `version: 1
+filesystem_policy:
+  read_only: [/usr, /nonexistent-stockade-path]
+  read_write: [/sandbox]
+landlock:
+  compatibility: hard_requirement
+`)
+	if out, errOut, code := w.cli("create", "nostart", "--policy", bad, "--no-wait", "--", "/bin/true"); code != 0 {
+		t.Fatalf("create: %d %s%s", code, out, errOut)
+	}
+	w.waitPhase("nostart", "Recovering", 15*time.Second, func(s status) bool {
+		for _, tr := range s.Transitions {
+			if tr.To == "Error" && tr.Reason == "StartFailed" {
+				return true
+			}
+		}
+		return false
+	})
+	out, _, _ := w.cli("get", "nostart")
+	if !strings.Contains(out, "nonexistent-stockade-path") {
+		t.Fatalf("the reason does not name the missing path:\n%s", out)
+	}
+	if _, errOut, code := w.cli("stop", "nostart"); code != 0 {
+		t.Fatalf("stop from Recovering: %d %s", code, errOut)
+	}
+	w.waitPhase("nostart", "Stopped", 15*time.Second, nil)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -43,9 +44,11 @@ type sandboxActor struct {
 	sup        *process.Handle
 	session    *actor.PID // the session child of the current instance
 	hbRestarts map[string]int64
-	sessions   int        // session children spawned (names session/N)
-	supRemote  *actor.PID // the supervisor's session actor (current instance)
-	hostKey    string     // the sandbox's SSH host key
+	sessions   int // session children spawned (names session/N)
+	// sessionSeen: the current instance said Hello at least once.
+	sessionSeen bool
+	supRemote   *actor.PID // the supervisor's session actor (current instance)
+	hostKey     string     // the sandbox's SSH host key
 	// children counts the directives applied to this sandbox's session
 	// and relay actors (kept across their replacements).
 	children *supervise.Counters
@@ -93,9 +96,21 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			return // an earlier instance, already replaced
 		}
 		a.sup = nil
+		up := a.session != nil || a.sessionSeen
 		a.dropSession(ctx)
+		detail := m.detail
+		if last := lastLine(a.env.Dir(a.name) + "/supervisor.log"); last != "" {
+			detail += ": " + last
+		}
 		a.step(ctx, func() (lifecycle.Transition, error) {
-			return a.m.On(lifecycle.SupervisorLost{Detail: m.detail})
+			switch {
+			case !up && a.m.Phase() == lifecycle.PhaseProvisioning:
+				return a.m.On(lifecycle.StartFailed{Detail: detail})
+			case !up && a.m.Phase() == lifecycle.PhaseRecovering:
+				return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: detail})
+			default:
+				return a.m.On(lifecycle.SupervisorLost{Detail: detail})
+			}
 		})
 	case *actionDone:
 		a.afterAction(ctx, m)
@@ -337,6 +352,7 @@ func (a *sandboxActor) spawn(ctx actor.Context) {
 	}
 	inst := newInstance()
 	a.rec.InstanceID, a.rec.WorkloadPID = inst, 0
+	a.sessionSeen = false
 	err := a.launch(inst)
 	if err != nil {
 		a.persist(ctx)
@@ -446,7 +462,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 		return
 	}
 	ctx.Watch(pid)
-	a.session = pid
+	a.session, a.sessionSeen = pid, true
 	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
 	if a.sup == nil {
 		if hd, err := process.Adopt(int(h.SupervisorPid), supervisorMarker); err == nil {
@@ -510,6 +526,34 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 		st.Transitions = append(st.Transitions, &messages.Transition{From: r.From.String(), To: r.To.String(), Reason: reasonText(r.Reason), AtUnixMs: r.At.UnixMilli()})
 	}
 	return st
+}
+
+// lastLine returns the last non-empty line of a log file (at most 400
+// bytes of it): the supervisor's last word names why it ended.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := st.Size() - 4096
+	if off < 0 {
+		off = 0
+	}
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && len(buf) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if len(last) > 400 {
+		last = last[:400]
+	}
+	return last
 }
 
 // reasonText is "" for no reason (the JSON of `sandbox get`).
