@@ -22,17 +22,7 @@ import (
 
 var bin string // the stockade binary under test
 
-func TestMain(m *testing.M) {
-	b, cleanup, err := testenv.BuildStockade("../cmd/stockade")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = b
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithStockade(m, "../cmd/stockade", &bin)) }
 
 // world is a gateway with its state dir, an offline upstream and a policy.
 type world struct {

@@ -47,7 +47,6 @@ type session struct {
 	ctx       context.Context
 	refused   func(reason string) // the gateway refused this instance: end the supervisor
 	exitDone  func()              // the workload's exit was delivered
-	ticker    func()
 }
 
 const (

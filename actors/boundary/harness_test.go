@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,5 +240,3 @@ func restartsOf(b *boundary.Boundary, kind string) int64 {
 func stopsOf(b *boundary.Boundary, kind string) int64 {
 	return b.Counters().Get(kind, actor.StopDirective)
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -22,17 +22,7 @@ import (
 // binPath is the stockade binary built once for the end-to-end tests.
 var binPath string
 
-func TestMain(m *testing.M) {
-	b, cleanup, err := testenv.BuildStockade(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = b
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithStockade(m, ".", &binPath)) }
 
 // served is a running `stockade boundary serve` process.
 type served struct {

@@ -84,3 +84,16 @@ func BuildStockade(pkg string) (bin string, cleanup func(), err error) {
 	}
 	return bin, cleanup, nil
 }
+
+// MainWithStockade is a TestMain body for packages that run the real
+// binary: it builds pkg into *bin, runs the tests and removes the build.
+func MainWithStockade(m *testing.M, pkg string, bin *string) int {
+	b, cleanup, err := BuildStockade(pkg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	*bin = b
+	return m.Run()
+}
