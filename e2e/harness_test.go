@@ -37,6 +37,8 @@ type world struct {
 	gwDone  chan error
 	// uid runs the gateway (and so its supervisors) as this user; 0: root.
 	uid int
+	// gwArgs are extra `gateway run` flags (e.g. --backoff-scale, --chaos).
+	gwArgs []string
 }
 
 // nobody is the unprivileged user the "unprivileged" runs use.
@@ -86,11 +88,11 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-func newWorld(t *testing.T, uid int) *world {
+func newWorld(t *testing.T, uid int, gwArgs ...string) *world {
 	t.Helper()
 	testenv.NeedRoot(t) // to map a host uid range, and to run a gateway as another user
 	testenv.NeedTool(t, "curl", "curl")
-	w := &world{t: t, state: sharedDir(t, uid), uid: uid}
+	w := &world{t: t, state: sharedDir(t, uid), uid: uid, gwArgs: gwArgs}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +138,9 @@ func (w *world) startGateway() {
 		listen = w.addr // a restart keeps the address supervisors know
 	}
 	w.gwLog = &lockedBuf{}
-	w.gw = exec.Command(bin, "gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", "127.0.0.1:0",
-		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json")
+	args := append([]string{"gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", "127.0.0.1:0",
+		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json"}, w.gwArgs...)
+	w.gw = exec.Command(bin, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		w.t.Fatal(err)

@@ -19,8 +19,13 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
-// PointWrite is the fault point asked before every write (Put, Delete).
-const PointWrite fault.Point = "store.write"
+// PointWrite is the fault point asked before every write (Put, Delete);
+// PointCommitted right after a write committed (kill there tests crash
+// recovery at each write).
+const (
+	PointWrite     = fault.StoreWrite
+	PointCommitted = fault.StoreCommitted
+)
 
 // ErrNotFound is wrapped by Get for a sandbox the store does not hold.
 var ErrNotFound = errors.New("no such sandbox")
@@ -139,6 +144,9 @@ func (s *Store) write(ctx context.Context, op, name string, f func(*bolt.Bucket)
 		return s.errorf(op, name, err)
 	}
 	if err := s.db.Update(func(tx *bolt.Tx) error { return f(tx.Bucket(sandboxesBucket())) }); err != nil {
+		return s.errorf(op, name, err)
+	}
+	if err := s.faults.Inject(PointCommitted); err != nil {
 		return s.errorf(op, name, err)
 	}
 	return nil

@@ -126,6 +126,12 @@ func (s *session) retryLater() {
 }
 
 func (s *session) onTick(ctx actor.Context) {
+	if err := s.faults.Inject(fault.SessionSilence); err != nil {
+		// An injected session cut: this tick says nothing. The gateway
+		// notices after three silent ticks, like a real network cut.
+		s.log.Warn().Err(err).Msg("session tick skipped (injected silence)")
+		return
+	}
 	if s.pending {
 		return
 	}

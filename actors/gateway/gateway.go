@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
@@ -41,6 +42,13 @@ type Config struct {
 	RelayListen string
 	// Ready, if set, is called once the API serves.
 	Ready func(addr string)
+	// Faults is the gateway's fault seam (store writes); a FaultRequest
+	// naming no sandbox arms it at run time. Nil: no faults, and such a
+	// request is refused.
+	Faults *fault.Set
+	// Counters receives the supervision directives of the gateway's actors
+	// (default: a fresh set); the caller may export it as metrics.
+	Counters *supervise.Counters
 }
 
 // Run serves until ctx is done. Sandboxes (their supervisors and
@@ -72,7 +80,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	st, err := store.Open(cfg.StateDir + "/state.db")
+	var storeOpts []store.Option
+	if cfg.Faults != nil {
+		storeOpts = append(storeOpts, store.WithFaults(cfg.Faults))
+	}
+	st, err := store.Open(cfg.StateDir+"/state.db", storeOpts...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -115,12 +127,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway: relay address %s: %w (is another gateway running? set --relay-listen)", cfg.RelayListen, err)
 	}
 	defer relayLn.Close()
-	counters := supervise.NewCounters()
+	counters := cfg.Counters
+	if counters == nil {
+		counters = supervise.NewCounters()
+	}
 	env := &sandbox.Env{Store: st, StateDir: cfg.StateDir, Gateway: addr, Token: tok, Binary: bin,
 		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayLn.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 
+	if cfg.Faults != nil {
+		env.Faults = cfg.Faults
+	}
 	gaveUp := make(chan string, 1)
 	rootStrategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(counters),
@@ -149,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The API actor has a well-known top-level id ("api") so remote clients
 	// can address it; it is supervised by the same strategy.
 	apiProps := actor.PropsFromProducer(func() actor.Actor {
-		return &apiActor{token: tok, log: cfg.Log, sandboxes: actor.NewPID(sys.Address(), "gateway/sandboxes")}
+		return &apiActor{token: tok, log: cfg.Log, faults: cfg.Faults, sandboxes: actor.NewPID(sys.Address(), "gateway/sandboxes")}
 	}, actor.WithSupervisor(rootStrategy), actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
 	api, err := sys.Root.SpawnNamed(apiProps, client.APIActor)
 	if err != nil {
@@ -174,6 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 type apiActor struct {
 	token     string
 	log       zerolog.Logger
+	faults    *fault.Set
 	sandboxes *actor.PID
 }
 
@@ -207,7 +226,29 @@ func (a *apiActor) Receive(ctx actor.Context) {
 			Message: "wrong or missing client token: use the gateway's <state-dir>/client.token (--state-dir) or set STOCKADE_TOKEN"})
 		return
 	}
+	if f, ok := ctx.Message().(*messages.FaultRequest); ok && f.Name == "" {
+		ctx.Respond(a.armFault(f.Rule))
+		return
+	}
 	ctx.Forward(a.sandboxes)
+}
+
+// armFault arms a rule in the gateway's own fault set.
+func (a *apiActor) armFault(rule string) *messages.Reply {
+	if a.faults == nil {
+		return &messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: "this gateway runs without a fault seam (start it with --fault or --chaos)"}
+	}
+	p, r, err := fault.ParseRule(rule)
+	if err != nil {
+		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()}
+	}
+	if r.Kind == fault.KindNone {
+		a.faults.Disarm(p)
+	} else {
+		a.faults.Arm(p, r)
+	}
+	a.log.Warn().Str("rule", rule).Msg("gateway fault armed by request")
+	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway"}
 }
 
 func (a *apiActor) refuse(ctx actor.Context) {

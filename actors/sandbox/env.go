@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -36,6 +37,8 @@ type Env struct {
 	RelayListener *actor.PID
 	Log           zerolog.Logger
 	Counters      *supervise.Counters
+	// Faults is the gateway's fault seam (nil: none).
+	Faults fault.Injector
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/driver/process"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy/reason"
@@ -376,6 +377,11 @@ func (a *sandboxActor) launch(inst string) error {
 	}
 	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
 		return err
+	}
+	if a.env.Faults != nil {
+		if err := a.env.Faults.Inject(fault.SupervisorStart); err != nil {
+			return fmt.Errorf("start supervisor: %w", err)
+		}
 	}
 	h, err := process.Start(process.Spec{
 		Binary:  a.env.Binary,

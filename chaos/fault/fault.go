@@ -8,7 +8,11 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -31,6 +35,19 @@ const (
 	// connection. An armed error makes the listener fail and restart until
 	// its budget is spent (BoundaryFailed).
 	ProxyListen Point = "proxy.listen"
+	// SessionSilence is asked on each tick of the supervisor's session
+	// actor; when it fires, that tick sends nothing (no heartbeat, no
+	// Hello): error:N cuts the session for about N seconds.
+	SessionSilence Point = "session.silence"
+	// StoreWrite is asked before every gateway store write (error: the
+	// write fails, nothing is written).
+	StoreWrite Point = "store.write"
+	// StoreCommitted is asked right after a store write committed; kill
+	// there is "the gateway died between its write and anything after".
+	StoreCommitted Point = "store.committed"
+	// SupervisorStart is asked by the gateway before it starts a
+	// supervisor process; error makes that start fail (StartFailed).
+	SupervisorStart Point = "supervisor.start"
 )
 
 // Kind says what an injected fault does.
@@ -42,6 +59,8 @@ const (
 	KindError Kind = 1
 	KindPanic Kind = 2
 	KindDelay Kind = 3
+	// KindKill sends SIGKILL to this process: a crash at that exact point.
+	KindKill Kind = 4
 )
 
 // String returns the kind's name.
@@ -55,6 +74,8 @@ func (k Kind) String() string {
 		return "panic"
 	case KindDelay:
 		return "delay"
+	case KindKill:
+		return "kill"
 	default:
 		return fmt.Sprintf("kind(%d)", int(k))
 	}
@@ -76,11 +97,13 @@ type Nop struct{}
 // Inject implements Injector.
 func (Nop) Inject(Point) error { return nil }
 
-// Rule arms a point with a fault. Count limits how many times it fires
-// (0 = every time until disarmed).
+// Rule arms a point with a fault. Skip lets that many calls pass first;
+// Count limits how many times it then fires (0 = every time until
+// disarmed).
 type Rule struct {
 	Kind  Kind
 	Count int
+	Skip  int
 	Delay time.Duration
 }
 
@@ -127,6 +150,11 @@ func (s *Set) Inject(p Point) error {
 		s.mu.Unlock()
 		return nil
 	}
+	if r.Skip > 0 {
+		r.Skip--
+		s.mu.Unlock()
+		return nil
+	}
 	kind, delay := r.Kind, r.Delay
 	if r.Count > 0 {
 		r.Count--
@@ -143,44 +171,67 @@ func (s *Set) Inject(p Point) error {
 		panic(fmt.Sprintf("injected panic at %s", p))
 	case KindDelay:
 		time.Sleep(delay)
+	case KindKill:
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns: the process is gone
 	}
 	return nil
 }
 
-// ParseRule parses "POINT=KIND[:COUNT]" as used by --fault flags, e.g.
-// "identity.lookup=panic" or "dns.upstream=error:3".
+// ParseRule parses "POINT=KIND[:COUNT][@SKIP]" as used by --fault flags,
+// e.g. "identity.lookup=panic", "dns.upstream=error:3",
+// "dns.upstream=delay/2s:1" or "store.committed=kill:1@4" (the fifth
+// write kills the process). KIND is error, panic, delay/DURATION, kill or
+// off.
 func ParseRule(s string) (Point, Rule, error) {
-	var point, rest string
-	for i := 0; i < len(s); i++ {
-		if s[i] == '=' {
-			point, rest = s[:i], s[i+1:]
-			break
-		}
-	}
-	if point == "" || rest == "" {
-		return "", Rule{}, fmt.Errorf("fault %q: want POINT=KIND[:COUNT], e.g. identity.lookup=panic", s)
-	}
-	kindStr, countStr := rest, ""
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == ':' {
-			kindStr, countStr = rest[:i], rest[i+1:]
-			break
-		}
+	point, rest, ok := strings.Cut(s, "=")
+	if !ok || point == "" || rest == "" {
+		return "", Rule{}, fmt.Errorf("fault %q: want POINT=KIND[:COUNT][@SKIP], e.g. identity.lookup=panic", s)
 	}
 	var r Rule
+	rest, skip, hasSkip := strings.Cut(rest, "@")
+	kindStr, countStr, hasCount := strings.Cut(rest, ":")
+	kindStr, delayStr, hasDelay := strings.Cut(kindStr, "/")
 	switch kindStr {
 	case "error":
 		r.Kind = KindError
 	case "panic":
 		r.Kind = KindPanic
+	case "kill":
+		r.Kind = KindKill
+	case "delay":
+		r.Kind = KindDelay
 	case "off":
 		r.Kind = KindNone
 	default:
-		return "", Rule{}, fmt.Errorf("fault %q: kind %q is not one of error, panic, off", s, kindStr)
+		return "", Rule{}, fmt.Errorf("fault %q: kind %q is not one of error, panic, delay/DURATION, kill, off", s, kindStr)
 	}
-	if countStr != "" {
-		if _, err := fmt.Sscanf(countStr, "%d", &r.Count); err != nil || r.Count < 0 {
-			return "", Rule{}, fmt.Errorf("fault %q: count %q is not a non-negative integer", s, countStr)
+	if hasDelay != (r.Kind == KindDelay) {
+		return "", Rule{}, fmt.Errorf("fault %q: only delay takes a duration, and it needs one (delay/2s)", s)
+	}
+	if hasDelay {
+		d, err := time.ParseDuration(delayStr)
+		if err != nil || d <= 0 {
+			return "", Rule{}, fmt.Errorf("fault %q: delay %q is not a positive duration", s, delayStr)
+		}
+		r.Delay = d
+	}
+	num := func(what, v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("fault %q: %s %q is not a non-negative integer", s, what, v)
+		}
+		return n, nil
+	}
+	var err error
+	if hasCount {
+		if r.Count, err = num("count", countStr); err != nil {
+			return "", Rule{}, err
+		}
+	}
+	if hasSkip {
+		if r.Skip, err = num("skip", skip); err != nil {
+			return "", Rule{}, err
 		}
 	}
 	return Point(point), r, nil

@@ -2,6 +2,10 @@ package fault
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -10,7 +14,15 @@ func TestParseRule(t *testing.T) {
 	if err != nil || p != IdentityLookup || r.Kind != KindPanic || r.Count != 3 {
 		t.Fatalf("got %v %+v %v", p, r, err)
 	}
-	for _, bad := range []string{"", "x", "=error", "a=boom", "a=error:-1", "a=error:x"} {
+	p, r, err = ParseRule("dns.upstream=delay/2s:1@4")
+	if err != nil || p != DNSUpstream || r.Kind != KindDelay || r.Delay != 2e9 || r.Count != 1 || r.Skip != 4 {
+		t.Fatalf("got %v %+v %v", p, r, err)
+	}
+	if _, r, err = ParseRule("store.committed=kill"); err != nil || r.Kind != KindKill {
+		t.Fatalf("kill: %+v %v", r, err)
+	}
+	for _, bad := range []string{"", "x", "=error", "a=boom", "a=error:-1", "a=error:x",
+		"a=delay", "a=delay/", "a=delay/-1s", "a=error/1s", "a=error@x", "a=error:1@-2"} {
 		if _, _, err := ParseRule(bad); err == nil {
 			t.Errorf("ParseRule(%q) accepted", bad)
 		}
@@ -44,7 +56,41 @@ func TestSetCountsAndDisarms(t *testing.T) {
 	if err := s.Inject(IdentityLookup); err != nil {
 		t.Fatal(err)
 	}
+	s.Arm(PolicyDecide, Rule{Kind: KindError, Count: 1, Skip: 2})
+	for i, want := range []bool{false, false, true, false} {
+		if err := s.Inject(PolicyDecide); (err != nil) != want {
+			t.Fatalf("skip rule, call %d: %v", i, err)
+		}
+	}
 	if s.Fired(DNSQuery) != 2 || s.Fired(IdentityLookup) != 1 {
 		t.Fatalf("fired counts %d %d", s.Fired(DNSQuery), s.Fired(IdentityLookup))
+	}
+}
+
+// TestKillKillsTheProcess runs itself as a child that arms kill after two
+// skipped calls: the third call must end the child by SIGKILL.
+func TestKillKillsTheProcess(t *testing.T) {
+	if os.Getenv("FAULT_TEST_KILL_CHILD") == "1" {
+		s := NewSet()
+		s.Arm(StoreCommitted, Rule{Kind: KindKill, Skip: 2})
+		for i := 0; i < 3; i++ {
+			_ = s.Inject(StoreCommitted)
+			fmt.Printf("survived %d\n", i)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillKillsTheProcess$")
+	cmd.Env = append(os.Environ(), "FAULT_TEST_KILL_CHILD=1")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child did not die: %v, output %q", err, out)
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want SIGKILL", ee)
+	}
+	if got := string(out); got != "survived 0\nsurvived 1\n" {
+		t.Fatalf("child output %q", got)
 	}
 }

@@ -330,14 +330,24 @@ func newListCmd(co *clientOpts) *cobra.Command {
 }
 
 func newFaultCmd(co *clientOpts) *cobra.Command {
-	return &cobra.Command{
-		Use:    "fault NAME POINT=KIND[:COUNT]",
-		Short:  "Arm a fault in a sandbox's supervisor (testing; KIND error, panic or off)",
+	var gw bool
+	cmd := &cobra.Command{
+		Use:    "fault (NAME | --gateway) POINT=KIND[:COUNT][@SKIP]",
+		Short:  "Arm a fault in a sandbox's supervisor or in the gateway (testing, chaos)",
 		Hidden: true,
-		Args:   cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if want := map[bool]int{true: 1, false: 2}[gw]; len(args) != want {
+				return fmt.Errorf("want NAME POINT=KIND, or --gateway POINT=KIND")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			name, rule := "", args[0]
+			if !gw {
+				name, rule = args[0], args[1]
+			}
 			reply, err := co.call(cmd, func(tok string) proto.Message {
-				return &messages.FaultRequest{Token: tok, Name: args[0], Rule: args[1]}
+				return &messages.FaultRequest{Token: tok, Name: name, Rule: rule}
 			})
 			if err != nil {
 				return err
@@ -346,4 +356,6 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&gw, "gateway", false, "arm the fault in the gateway (it must run with --chaos or --fault)")
+	return cmd
 }

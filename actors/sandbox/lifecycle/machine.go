@@ -33,6 +33,10 @@ type Config struct {
 	// counts as one more failed attempt, so a crash loop ends in
 	// RecoveryExhausted instead of restarting every 0.2 s forever.
 	StableAfter time.Duration
+	// BackoffScale multiplies every recovery backoff delay (default 1).
+	// Tests and the chaos harness shrink it to walk ten attempts in
+	// seconds; the schedule's shape (doubling, cap, jitter) is unchanged.
+	BackoffScale float64
 }
 
 func (c Config) withDefaults() Config {
@@ -44,6 +48,9 @@ func (c Config) withDefaults() Config {
 	def(&c.Grace, 20*time.Second)
 	def(&c.StartTimeout, 30*time.Second)
 	def(&c.StableAfter, 30*time.Second)
+	if c.BackoffScale <= 0 {
+		c.BackoffScale = 1
+	}
 	return c
 }
 
@@ -448,7 +455,7 @@ func (m *Machine) fail(r Reason, detail string) error {
 // retryLater moves to (or stays in) Recovering and schedules the next
 // attempt after the backoff.
 func (m *Machine) retryLater(r Reason, detail string) error {
-	d := Backoff(m.attempts, m.rnd)
+	d := time.Duration(float64(Backoff(m.attempts, m.rnd)) * m.cfg.BackoffScale)
 	msg := fmt.Sprintf("%s; recovery attempt %d of %d in %s", detail, m.attempts+1, MaxRecoveryAttempts, d.Round(time.Millisecond))
 	if err := m.move(PhaseRecovering, r, msg); err != nil {
 		return err

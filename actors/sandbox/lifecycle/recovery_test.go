@@ -272,3 +272,24 @@ func TestRestore(t *testing.T) {
 		t.Error("restored a snapshot without a phase")
 	}
 }
+
+// TestBackoffScale: BackoffScale shrinks every delay by its factor and
+// keeps the doubling, so ten attempts fit in a test.
+func TestBackoffScale(t *testing.T) {
+	m, c := newTestMachine(Config{BackoffScale: 0.01})
+	drive(t, m, c, VerbCreate, SessionUp{})
+	tr := drive(t, m, c, SupervisorLost{Detail: "killed"})
+	var delays []time.Duration
+	for n := 1; n <= 4; n++ {
+		d := tr.Timer.At.Sub(c.Now())
+		lo := time.Duration(float64(nominal(n-1))*(1-BackoffJitter)) / 100
+		hi := time.Duration(float64(nominal(n-1))*(1+BackoffJitter)) / 100
+		if tr.Timer.Kind != TimerRetry || d < lo || d > hi {
+			t.Fatalf("attempt %d: timer %+v, delay %v, want in [%v, %v]", n, tr.Timer.Kind, d, lo, hi)
+		}
+		delays = append(delays, d)
+		drive(t, m, c, fireTimer{})
+		tr = drive(t, m, c, StartFailed{Detail: "spawn failed"})
+	}
+	t.Logf("scaled delays: %v", delays)
+}
