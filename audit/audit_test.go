@@ -109,17 +109,38 @@ func TestFileFlushesWithinInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer af.Close()
-	af.Record(NewDecision(ClassNetwork, false, reason.BinaryNotAllowed))
+	af.Record(NewDecision(ClassNetwork, true, reason.None))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, _ := os.ReadFile(path)
-		if strings.Contains(string(b), "binary_not_allowed") {
+		if strings.Contains(string(b), `"Allowed"`) {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("event not written within 5 s of a 5 ms flush interval")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDenialWrittenBeforeRecordReturns: a denial (and what was buffered
+// before it) is in the file when Record returns, with a group-commit
+// interval far longer than the test: a SIGKILL right after cannot lose it.
+func TestDenialWrittenBeforeRecordReturns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	af, err := OpenFile(path, WithFlushInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer af.Close()
+	af.Record(NewDecision(ClassNetwork, true, reason.None))
+	if b, _ := os.ReadFile(path); len(b) != 0 {
+		t.Fatalf("an allowed event was written at once (group commit off?): %q", b)
+	}
+	af.Record(NewDecision(ClassDNS, false, reason.PolicyDNSIneligible))
+	b, _ := os.ReadFile(path)
+	if n := strings.Count(string(b), "\n"); n != 2 || !strings.Contains(string(b), "policy_dns_ineligible") {
+		t.Fatalf("after a denial the file has %d lines: %q", n, b)
 	}
 }
 

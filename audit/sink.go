@@ -60,7 +60,10 @@ func WithErrorLog(l zerolog.Logger) FileOption { return func(f *File) { f.log = 
 
 // WithFlushInterval sets the group-commit interval: events recorded within
 // it share one write(2) (default 10 ms; 0 writes each event at once). A
-// crash loses at most the events of the last interval.
+// crash loses at most the allowed-decision events of the last interval: a
+// denial is written (with everything buffered before it) before Record
+// returns, and the boundary records before it answers, so every denial a
+// client saw survives a SIGKILL of the supervisor right after.
 func WithFlushInterval(d time.Duration) FileOption { return func(f *File) { f.interval = d } }
 
 // groupBytes is the buffered size that forces a write before the interval.
@@ -136,7 +139,7 @@ func (af *File) Record(e Event) {
 	}
 	af.buf = append(append(af.buf, line...), '\n')
 	switch {
-	case af.interval <= 0 || len(af.buf) >= groupBytes:
+	case af.interval <= 0 || len(af.buf) >= groupBytes || e.ActionID == ActionDenied:
 		af.flushLocked()
 	case af.timer == nil:
 		af.timer = time.AfterFunc(af.interval, af.Flush)

@@ -644,6 +644,7 @@ type Reply struct {
 	RelayAddr     string                 `protobuf:"bytes,6,opt,name=relay_addr,json=relayAddr,proto3" json:"relay_addr,omitempty"`    // RelayRequest: where to connect
 	RelayToken    string                 `protobuf:"bytes,7,opt,name=relay_token,json=relayToken,proto3" json:"relay_token,omitempty"` // RelayRequest: the one-time token to present
 	HostKey       string                 `protobuf:"bytes,8,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"`          // RelayRequest: the sandbox's SSH host key (authorized_keys form)
+	Fired         int64                  `protobuf:"varint,9,opt,name=fired,proto3" json:"fired,omitempty"`                            // FaultRequest: how often the rule's point fired before this request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -732,6 +733,13 @@ func (x *Reply) GetHostKey() string {
 		return x.HostKey
 	}
 	return ""
+}
+
+func (x *Reply) GetFired() int64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
 }
 
 // Hello opens a supervisor session (supervisor -> gateway).
@@ -1379,7 +1387,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc5\x02\n" +
 	"\x05Reply\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x124\n" +
@@ -1390,7 +1398,8 @@ const file_stockade_proto_rawDesc = "" +
 	"relay_addr\x18\x06 \x01(\tR\trelayAddr\x12\x1f\n" +
 	"\vrelay_token\x18\a \x01(\tR\n" +
 	"relayToken\x12\x19\n" +
-	"\bhost_key\x18\b \x01(\tR\ahostKey\"\x8b\x02\n" +
+	"\bhost_key\x18\b \x01(\tR\ahostKey\x12\x14\n" +
+	"\x05fired\x18\t \x01(\x03R\x05fired\"\x8b\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1a\n" +

@@ -96,13 +96,14 @@ func (s *session) Receive(ctx actor.Context) {
 			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
 			return
 		}
+		fired := s.faults.Fired(p)
 		if r.Kind == fault.KindNone {
 			s.faults.Disarm(p)
 		} else {
 			s.faults.Arm(p, r)
 		}
-		s.log.Warn().Str("rule", m.Rule).Msg("fault armed by request")
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule})
+		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule, Fired: int64(fired)})
 	case *boundaryGaveUp:
 		s.log.Error().Str("detail", m.detail).Msg("boundary failed past its restart budget; telling the gateway")
 		if s.gw != nil {

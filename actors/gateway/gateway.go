@@ -242,13 +242,14 @@ func (a *apiActor) armFault(rule string) *messages.Reply {
 	if err != nil {
 		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()}
 	}
+	fired := a.faults.Fired(p)
 	if r.Kind == fault.KindNone {
 		a.faults.Disarm(p)
 	} else {
 		a.faults.Arm(p, r)
 	}
-	a.log.Warn().Str("rule", rule).Msg("gateway fault armed by request")
-	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway"}
+	a.log.Warn().Str("rule", rule).Int("fired_before", fired).Msg("gateway fault armed by request")
+	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway", Fired: int64(fired)}
 }
 
 func (a *apiActor) refuse(ctx actor.Context) {

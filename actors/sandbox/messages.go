@@ -27,6 +27,11 @@ type (
 		instance string
 		detail   string
 	}
+	// deleted tells the parent a sandbox actor is done and stopping.
+	deleted struct {
+		name string
+		pid  *actor.PID
+	}
 	// actionDone reports a stop, kill or delete carried out off the actor.
 	actionDone struct {
 		instance string

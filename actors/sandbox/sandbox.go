@@ -122,7 +122,15 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 				return a.m.On(lifecycle.SessionLost{Detail: "no heartbeat from the supervisor"})
 			})
 		}
+	case *actor.Restarting:
+		// The session child is stopped with this instance: no loss to record.
+		a.session = nil
 	case *actor.Stopping:
+		// The gateway (or a delete) stops this actor: its session child is
+		// stopped with it, and its Terminated, delivered after this, is no
+		// session loss (recording one would persist a false Error/SessionLost
+		// at every gateway shutdown, with its audit file already closed).
+		a.session = nil
 		if a.cancel != nil {
 			a.cancel()
 		}
@@ -317,6 +325,10 @@ func (a *sandboxActor) carryOut(ctx actor.Context, t lifecycle.Transition) {
 	}
 	if t.Done {
 		a.env.Log.Info().Str("sandbox", a.name).Bool("keep_workspace", a.rec.KeepWorkspace).Msg("sandbox deleted")
+		// The parent forgets the name now, before this actor's Terminated:
+		// a request routed in between would reach a stopped actor and its
+		// client would wait for an answer that never comes.
+		ctx.Send(ctx.Parent(), &deleted{name: a.name, pid: ctx.Self()})
 		ctx.Stop(ctx.Self())
 	}
 }
@@ -498,13 +510,16 @@ func (a *sandboxActor) openRelay(ctx actor.Context) {
 	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, RelayAddr: a.env.RelayAddr, RelayToken: tc, HostKey: a.hostKey})
 }
 
-// dropSession ends the current session child without reporting a loss.
+// dropSession ends the current session child without reporting a loss,
+// and forgets the supervisor's address: requests for it are refused until
+// the next Hello instead of going to a supervisor that may be gone.
 func (a *sandboxActor) dropSession(ctx actor.Context) {
 	if a.session != nil {
 		ctx.Unwatch(a.session)
 		ctx.Stop(a.session)
 		a.session = nil
 	}
+	a.supRemote = nil
 }
 
 func (a *sandboxActor) status() *messages.SandboxStatus {

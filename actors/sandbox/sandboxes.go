@@ -33,13 +33,14 @@ type sandboxesActor struct {
 	env    *Env
 	kids   map[string]*actor.PID
 	names  map[string]string // actor id -> sandbox name
+	dying  map[string]bool   // actor ids that said deleted and are stopping
 	status map[string]*messages.SandboxStatus
 }
 
 func (a *sandboxesActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.names = map[string]string{}
+		a.names, a.dying = map[string]string{}, map[string]bool{}
 		recs, err := a.env.Store.List()
 		if err != nil {
 			a.env.Log.Error().Err(err).Msg("some sandbox records are unreadable")
@@ -77,13 +78,30 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		if _, ok := a.kids[m.status.Name]; ok {
 			a.status[m.status.Name] = m.status
 		}
+	case *deleted:
+		a.forget(m.name, m.pid)
+		a.dying[m.pid.Id] = true
 	case *actor.Terminated:
-		if name, ok := a.names[m.Who.Id]; ok && a.kids[name].Equal(m.Who) {
-			delete(a.kids, name)
-			delete(a.status, name)
-			delete(a.names, m.Who.Id)
+		if a.dying[m.Who.Id] {
+			// Forgotten at its deleted notice; a new sandbox of the same
+			// name (same actor id) may already be here.
+			delete(a.dying, m.Who.Id)
+			return
+		}
+		if name, ok := a.names[m.Who.Id]; ok {
+			a.forget(name, m.Who)
 		}
 	}
+}
+
+// forget drops a sandbox actor that stopped (or is stopping), unless the
+// name already belongs to a newer one.
+func (a *sandboxesActor) forget(name string, pid *actor.PID) {
+	if k, ok := a.kids[name]; ok && k.Equal(pid) {
+		delete(a.kids, name)
+		delete(a.status, name)
+	}
+	delete(a.names, pid.Id)
 }
 
 func (a *sandboxesActor) route(ctx actor.Context, name string) {

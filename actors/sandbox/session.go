@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
@@ -17,26 +18,50 @@ const heartbeatEvery = time.Second
 
 // sessionActor is sandbox/NAME/session/N, the gateway's end of one
 // supervisor session. It forwards the supervisor's messages to the sandbox
-// actor and stops itself when heartbeats stop; the sandbox actor watches it
-// and turns that Terminated into Error/SessionLost.
+// actor and stops itself when they stop for three heartbeat periods; the
+// sandbox actor watches it and turns that Terminated into
+// Error/SessionLost. Liveness is the supervisor's messages only, not a
+// receive timeout: relays and their Terminated notices arrive here too, and
+// a busy sandbox with a silent supervisor must still lose its session.
 type sessionActor struct {
-	sandbox *actor.PID
-	remote  *actor.PID // the supervisor's session actor
-	log     zerolog.Logger
-	relays  int
+	sandbox  *actor.PID
+	remote   *actor.PID // the supervisor's session actor
+	log      zerolog.Logger
+	relays   int
+	lastWord time.Time
+	cancel   scheduler.CancelFunc
 }
+
+// checkAlive is the session actor's own liveness tick.
+type checkAlive struct{}
+
+// lostAfter is how long a session may be silent.
+const lostAfter = 3 * heartbeatEvery
 
 func (s *sessionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		ctx.SetReceiveTimeout(3 * heartbeatEvery)
+		s.lastWord = time.Now()
+		s.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(heartbeatEvery/4, heartbeatEvery/4, ctx.Self(), &checkAlive{})
+	case *actor.Stopping:
+		if s.cancel != nil {
+			s.cancel()
+		}
+	case *checkAlive:
+		if silent := time.Since(s.lastWord); silent > lostAfter {
+			s.log.Warn().Dur("silent_for", silent).Msg("session lost: no heartbeat from the supervisor")
+			ctx.Stop(ctx.Self())
+		}
 	case *messages.Heartbeat:
+		s.lastWord = time.Now()
 		ctx.Send(s.sandbox, m)
 		ctx.Respond(&messages.HeartbeatAck{Seq: m.Seq})
 	case *messages.WorkloadExited:
+		s.lastWord = time.Now()
 		ctx.Send(s.sandbox, m)
 		ctx.Respond(&messages.HeartbeatAck{})
 	case *messages.BoundaryFailed:
+		s.lastWord = time.Now()
 		ctx.Send(s.sandbox, m)
 	case *relay.Pair:
 		s.relays++
@@ -45,7 +70,5 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 			_ = m.Client.Close()
 			_ = m.Supervisor.Close()
 		}
-	case *actor.ReceiveTimeout:
-		ctx.Stop(ctx.Self())
 	}
 }

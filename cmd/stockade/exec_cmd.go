@@ -167,7 +167,10 @@ no relay could be opened; 4 when the sandbox is not Ready.`,
 				if errors.As(err, &missing) {
 					return &exitError{exitUnreachable, fmt.Errorf("sandbox %s: the stream ended before the exit status came back", name)}
 				}
-				return &exitError{exitFailure, fmt.Errorf("sandbox %s: %w", name, err)}
+				// The transport ended (EOF, reset) before the command
+				// could be run or report: the relay or the supervisor
+				// went away.
+				return &exitError{exitUnreachable, fmt.Errorf("sandbox %s: the connection to the sandbox ended before the exit status came back (%w); the supervisor may be restarting: retry", name, err)}
 			}
 		},
 	}

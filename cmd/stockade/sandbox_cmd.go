@@ -352,7 +352,7 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), reply.Message)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (fired before: %d)\n", reply.Message, reply.Fired)
 			return nil
 		},
 	}

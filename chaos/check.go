@@ -1,0 +1,223 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// checkWorkspaces: every file an exec wrote and acknowledged (exit status
+// came back) is in the workspace with its checksum.
+func (r *runner) checkWorkspaces() {
+	r.l.mu.Lock()
+	files := append([]ackedFile(nil), r.l.files...)
+	r.l.mu.Unlock()
+	for _, f := range files {
+		p := filepath.Join(r.w.state, "sandboxes", f.sandbox, "workspace", f.path)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			r.violate("workspace-intact", "%s: acknowledged file %s: %v", f.sandbox, f.path, err)
+			continue
+		}
+		sum := sha256.Sum256(b)
+		if hex.EncodeToString(sum[:]) != f.sha {
+			r.violate("workspace-intact", "%s: acknowledged file %s has other content (%d bytes)", f.sandbox, f.path, len(b))
+		}
+	}
+	r.mu.Lock()
+	r.checked("workspace-intact", len(files))
+	r.mu.Unlock()
+}
+
+// checkAudit: every denial a client saw has an audit event in its
+// sandbox's audit file with the same host (or name) and reason.
+func (r *runner) checkAudit() {
+	r.l.mu.Lock()
+	denials := map[string]map[string]int{}
+	total := 0
+	for s, m := range r.l.denials {
+		denials[s] = map[string]int{}
+		for k, v := range m {
+			denials[s][k] = v
+			total += v
+		}
+	}
+	r.l.mu.Unlock()
+	for sandbox, want := range denials {
+		got, err := auditDenials(filepath.Join(r.w.state, "sandboxes", sandbox))
+		if err != nil {
+			r.violate("denials-audited", "%s: %v", sandbox, err)
+			continue
+		}
+		for k, n := range want {
+			if got[k] < n {
+				r.violate("denials-audited", "%s: clients saw %d denials %s, the audit has %d", sandbox, n, k, got[k])
+			}
+		}
+	}
+	r.mu.Lock()
+	r.checked("denials-audited", total)
+	r.mu.Unlock()
+}
+
+// auditDenials counts denial events per "host|reason" in a sandbox's audit
+// files (the current one and rotated ones); DNS refusals count as
+// "name|REFUSED".
+func auditDenials(dir string) (map[string]int, error) {
+	paths, _ := filepath.Glob(filepath.Join(dir, "audit.jsonl*"))
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("no audit file in %s", dir)
+	}
+	out := map[string]int{}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var e struct {
+				Disposition string `json:"disposition"`
+				Reason      string `json:"status_detail"`
+				Dst         *struct {
+					Hostname string `json:"hostname"`
+				} `json:"dst_endpoint"`
+				Query *struct {
+					Hostname string `json:"hostname"`
+					Rcode    string `json:"rcode"`
+				} `json:"query"`
+			}
+			if json.Unmarshal(sc.Bytes(), &e) != nil || e.Disposition != "Blocked" {
+				continue
+			}
+			switch {
+			case e.Query != nil && e.Query.Rcode == "REFUSED":
+				out[strings.TrimSuffix(e.Query.Hostname, ".")+"|REFUSED"]++
+			case e.Dst != nil:
+				out[e.Dst.Hostname+"|"+e.Reason]++
+			}
+		}
+		_ = f.Close()
+	}
+	return out, nil
+}
+
+// checkQuiet: sandboxes that only took connection-level faults kept their
+// session, relay and boundary actors (no restart, no stop of a session or
+// relay) and never left Ready.
+func (r *runner) checkQuiet(ctx context.Context) {
+	n := 0
+	for _, name := range r.names {
+		if !r.quiet[name] {
+			continue
+		}
+		st, err := r.w.get(ctx, name)
+		if err != nil {
+			r.violate("quiet-stay-ready", "%s: %v", name, err)
+			continue
+		}
+		n++
+		for kind, v := range st.Restarts {
+			if v != 0 {
+				r.violate("quiet-stay-ready", "%s: %s restarts %d after connection-level faults only", name, kind, v)
+			}
+		}
+	}
+	r.mu.Lock()
+	r.checked("quiet-stay-ready", n)
+	r.mu.Unlock()
+}
+
+// procs is a snapshot of /proc: parent and command line of each process.
+type proc struct {
+	ppid int
+	cmd  string
+}
+
+func procs() map[int]proc {
+	out := map[int]proc{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces; cut at the last ')'.
+		i := strings.LastIndexByte(string(st), ')')
+		f := strings.Fields(string(st)[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out[pid] = proc{ppid: ppid, cmd: strings.ReplaceAll(string(b), "\x00", " ")}
+	}
+	return out
+}
+
+// sandboxNamespaces adds to seen the namespaces of every process below a
+// supervisor of this run (the sandboxes' init and workloads) that the
+// supervisor itself is not in: the namespaces the run made.
+func sandboxNamespaces(state string, seen map[string]bool) {
+	ps := procs()
+	isOurs := func(pid int) (int, bool) {
+		for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
+			pr, ok := ps[p]
+			if !ok {
+				return 0, false
+			}
+			if strings.Contains(pr.cmd, "supervisor") && strings.Contains(pr.cmd, state) {
+				return p, p != pid
+			}
+			p = pr.ppid
+		}
+		return 0, false
+	}
+	for pid := range ps {
+		sup, ok := isOurs(pid)
+		if !ok {
+			continue
+		}
+		for _, ns := range []string{"user", "pid", "net", "mnt"} {
+			l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+			own, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", sup, ns))
+			if err == nil && l != own {
+				seen[l] = true
+			}
+		}
+	}
+}
+
+// leftovers lists processes of this run (their command line names the
+// state dir) and processes still in a namespace the run made.
+func leftovers(state string, made map[string]bool) []string {
+	var out []string
+	for pid, p := range procs() {
+		if p.cmd == "" {
+			continue // a kernel thread
+		}
+		if strings.Contains(p.cmd, state) {
+			out = append(out, fmt.Sprintf("process %d still runs: %s", pid, clip(p.cmd)))
+			continue
+		}
+		for _, ns := range []string{"user", "pid", "net", "mnt"} {
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); err == nil && made[l] {
+				out = append(out, fmt.Sprintf("process %d (%s) is still in %s, made by a sandbox of the run", pid, clip(p.cmd), l))
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package chaos
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind is a kind of injected fault. Values are explicit and stable: they
+// appear in reports.
+type Kind int
+
+// The fault kinds.
+const (
+	KindIdentityError      Kind = 1
+	KindIdentityPanic      Kind = 2
+	KindDNSUpstreamError   Kind = 3
+	KindDNSUpstreamTimeout Kind = 4
+	KindDNSQueryPanic      Kind = 5
+	KindPolicyDecideError  Kind = 6
+	KindMalformedProxy     Kind = 7
+	KindMalformedDNS       Kind = 8
+	KindRelayCut           Kind = 9
+	KindSessionCut         Kind = 10
+	KindSupervisorKill     Kind = 11
+	KindSupervisorStop     Kind = 12
+	KindWorkloadCrash      Kind = 13
+	KindGatewayKill        Kind = 14
+	KindStoreWriteError    Kind = 15
+	KindPolicyReload       Kind = 16
+)
+
+var kindNames = map[Kind]string{
+	KindIdentityError: "identity-error", KindIdentityPanic: "identity-panic",
+	KindDNSUpstreamError: "dns-upstream-error", KindDNSUpstreamTimeout: "dns-upstream-timeout",
+	KindDNSQueryPanic: "dns-query-panic", KindPolicyDecideError: "policy-decide-error",
+	KindMalformedProxy: "malformed-proxy", KindMalformedDNS: "malformed-dns",
+	KindRelayCut: "relay-cut", KindSessionCut: "session-cut",
+	KindSupervisorKill: "supervisor-kill", KindSupervisorStop: "supervisor-stop",
+	KindWorkloadCrash: "workload-crash", KindGatewayKill: "gateway-kill",
+	KindStoreWriteError: "store-write-error", KindPolicyReload: "policy-reload",
+}
+
+// String returns the kind's report name.
+func (k Kind) String() string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Local reports whether the kind stays at connection or query level: it
+// must never move a sandbox out of Ready nor restart a session or relay.
+func (k Kind) Local() bool { return k <= KindMalformedDNS || k == KindPolicyReload }
+
+// Scenario is a named mix of fault kinds with weights.
+type Scenario struct {
+	Name  string
+	About string
+	// Kinds and their relative weights.
+	Weights map[Kind]int
+	// Loud is how many of the sandboxes take process-level faults (the
+	// others, "quiet", only connection-level ones).
+	Loud int
+}
+
+// Scenarios are the named scenarios; "all" mixes every kind.
+func Scenarios() []Scenario {
+	local := map[Kind]int{
+		KindIdentityError: 3, KindIdentityPanic: 3, KindDNSUpstreamError: 2, KindDNSUpstreamTimeout: 1,
+		KindDNSQueryPanic: 2, KindPolicyDecideError: 2, KindMalformedProxy: 2, KindMalformedDNS: 2,
+	}
+	all := map[Kind]int{KindRelayCut: 2, KindSessionCut: 1, KindSupervisorKill: 2, KindSupervisorStop: 1,
+		KindWorkloadCrash: 2, KindGatewayKill: 1, KindStoreWriteError: 1}
+	for k, w := range local {
+		all[k] = w
+	}
+	return []Scenario{
+		{Name: "identity-deny", About: "seed failure 1: peer identity lookups fail (error, panic) on denied and allowed connections",
+			Weights: map[Kind]int{KindIdentityError: 1, KindIdentityPanic: 1}},
+		{Name: "unlisted-dns", About: "seed failure 2: unlisted names, DNS query panics and upstream errors and timeouts during execs",
+			Weights: map[Kind]int{KindDNSQueryPanic: 2, KindDNSUpstreamError: 2, KindDNSUpstreamTimeout: 1, KindMalformedDNS: 1}},
+		{Name: "error-recovery", About: "seed failure 3: sandboxes pushed into Error by every process-level fault, recovered with their workspace",
+			Weights: map[Kind]int{KindSupervisorKill: 2, KindSupervisorStop: 1, KindSessionCut: 1, KindWorkloadCrash: 2,
+				KindGatewayKill: 1, KindStoreWriteError: 1, KindRelayCut: 1}, Loud: 2},
+		{Name: "all", About: "every fault kind, quiet sandboxes taking only connection-level ones", Weights: all, Loud: 2},
+	}
+}
+
+// ScenarioNamed finds a scenario.
+func ScenarioNamed(name string) (Scenario, error) {
+	var names []string
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return Scenario{}, fmt.Errorf("chaos: no scenario %q; scenarios: %s", name, strings.Join(names, ", "))
+}
+
+// Step is one scheduled fault.
+type Step struct {
+	Seq  int  `json:"seq"`
+	Kind Kind `json:"-"`
+	// Target is the index of the sandbox it hits (-1: the gateway).
+	Target int `json:"target"`
+	// N is the fault's size: how many faults a burst arms, how many
+	// seconds a cut or stop lasts.
+	N int `json:"n"`
+	// Pause is how long to let steady work run before this step.
+	Pause time.Duration `json:"pause_ns"`
+}
+
+// Plan makes the schedule: steps steps for scenario sc over sandboxes
+// sandboxes, the same for the same seed.
+func Plan(sc Scenario, seed uint64, sandboxes, steps int) []Step {
+	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	kinds := make([]Kind, 0, len(sc.Weights))
+	for k := range sc.Weights {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	total := 0
+	for _, k := range kinds {
+		total += sc.Weights[k]
+	}
+	loud := min(sc.Loud, sandboxes)
+	out := make([]Step, 0, steps)
+	for i := 0; i < steps; i++ {
+		// Every kind once before any repeats (the schedule covers the
+		// mix even when short), then by weight.
+		var k Kind
+		if i < len(kinds) {
+			k = kinds[i]
+		} else {
+			x := r.IntN(total)
+			for _, kk := range kinds {
+				if x -= sc.Weights[kk]; x < 0 {
+					k = kk
+					break
+				}
+			}
+		}
+		s := Step{Seq: i, Kind: k, Pause: time.Duration(50+r.IntN(250)) * time.Millisecond}
+		switch {
+		case k == KindGatewayKill || k == KindStoreWriteError:
+			s.Target = -1
+		case k.Local() || loud == 0:
+			s.Target = r.IntN(sandboxes)
+		default: // process-level: only loud sandboxes
+			s.Target = sandboxes - loud + r.IntN(loud)
+		}
+		switch k {
+		case KindIdentityError, KindIdentityPanic, KindPolicyDecideError:
+			s.N = 20 + r.IntN(41)
+		case KindDNSUpstreamError, KindDNSQueryPanic:
+			s.N = 10 + r.IntN(21)
+		case KindDNSUpstreamTimeout:
+			s.N = 1 + r.IntN(3)
+		case KindMalformedProxy, KindMalformedDNS:
+			s.N = 30 + r.IntN(71)
+		case KindSessionCut:
+			s.N = 4 + r.IntN(6) // seconds silent: some within the grace, some past it
+		case KindSupervisorStop:
+			s.N = []int{1, 2, 4, 5, 6, 7}[r.IntN(6)] // seconds stopped; never 3 (the heartbeat limit)
+		default:
+			s.N = 1
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Fingerprint is a short hash of a schedule: equal seeds, equal prints.
+func Fingerprint(steps []Step) string {
+	h := sha256.New()
+	for _, s := range steps {
+		fmt.Fprintf(h, "%d %d %d %d %d\n", s.Seq, s.Kind, s.Target, s.N, s.Pause)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
