@@ -97,7 +97,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	steps := Plan(sc, o.Seed, o.Sandboxes, 100000)
 	r := &runner{w: w, l: newLedger(), port: w.webPort, quiet: map[string]bool{}, stable: 2 * time.Second,
 		recoverBy: 60 * time.Second, stats: map[Kind]*kindStats{}, excuses: map[string][]window{}, broken: map[string][]string{},
-		made: map[string]bool{}, checks: map[string]int{}}
+		made: map[string]bool{}, checks: map[string]int{}, policyRev: map[string]int{}}
 	for i := 0; i < o.Sandboxes; i++ {
 		name := fmt.Sprintf("chaos-%d", i)
 		r.names = append(r.names, name)
@@ -160,6 +160,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	r.checkWorkspaces()
 	r.checkAudit()
 	r.checkQuiet(ctx)
+	r.checkPolicies(ctx)
 	if g, err := idleGoroutines(ctx, w); err != nil {
 		r.violate("no-goroutine-leak", "gateway goroutines unreadable: %v", err)
 	} else {

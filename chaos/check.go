@@ -136,6 +136,24 @@ func (r *runner) checkQuiet(ctx context.Context) {
 	r.mu.Unlock()
 }
 
+// checkPolicies: every sandbox runs the last policy version set on it.
+func (r *runner) checkPolicies(ctx context.Context) {
+	for _, name := range r.names {
+		st, err := r.w.get(ctx, name)
+		if err != nil {
+			r.violate("policy-kept", "%s: %v", name, err)
+			continue
+		}
+		r.mu.Lock()
+		want := uint64(r.policyRev[name] + 1)
+		r.checked("policy-kept", 1)
+		r.mu.Unlock()
+		if st.PolicyVersion != want {
+			r.violate("policy-kept", "%s: policy version %d, want %d after %d reloads", name, st.PolicyVersion, want, want-1)
+		}
+	}
+}
+
 // procs is a snapshot of /proc: parent and command line of each process.
 type proc struct {
 	ppid int

@@ -27,12 +27,13 @@ type runner struct {
 	stable    time.Duration // the gateway's --stable-after
 	recoverBy time.Duration // how long a recovery may take before it is a violation
 
-	mu      sync.Mutex
-	stats   map[Kind]*kindStats
-	excuses map[string][]window // per sandbox: process-level fault windows
-	broken  map[string][]string // invariant name -> violations
-	checks  map[string]int      // invariant name -> how many things it checked
-	made    map[string]bool     // namespaces the run's sandboxes were seen in
+	mu        sync.Mutex
+	stats     map[Kind]*kindStats
+	excuses   map[string][]window // per sandbox: process-level fault windows
+	broken    map[string][]string // invariant name -> violations
+	checks    map[string]int      // invariant name -> how many things it checked
+	made      map[string]bool     // namespaces the run's sandboxes were seen in
+	policyRev map[string]int      // policy reloads per sandbox
 }
 
 // checked records how many items an invariant looked at (r.mu held).
@@ -131,6 +132,8 @@ func (r *runner) step(ctx context.Context, s Step) error {
 		return r.malformedDNS(ctx, s, name)
 	case KindRelayCut:
 		return r.relayCut(ctx, s, name)
+	case KindPolicyReload:
+		return r.policyReload(ctx, s, name)
 	default:
 		return r.processFault(ctx, s, name)
 	}
@@ -291,6 +294,31 @@ func (r *runner) probe(ctx context.Context, name, what string) time.Duration {
 		r.violate("next-works", "%s: after a %s fault the next %s attempt gave exit %d, %q (stderr %q)", name, what, what, res.code, clip(res.out), clip(res.err))
 	}
 	return -1
+}
+
+// policyReload sets a new policy version (same rules, a new name) while
+// the sandbox's traffic runs; nothing may break, and the version must be
+// the one the sandbox reports at the end.
+func (r *runner) policyReload(ctx context.Context, s Step, name string) error {
+	r.mu.Lock()
+	r.policyRev[name]++
+	rev := r.policyRev[name] + 1
+	r.mu.Unlock()
+	file := filepath.Join(r.w.dir, fmt.Sprintf("policy-%s-v%d.yaml", name, rev))
+	if err := os.WriteFile(file, []byte(policyText(r.port, rev)), 0o644); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	r.w.mu.Lock()
+	addr := r.w.addr
+	r.w.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, r.w.bin, "policy", "set", name, file, "--state-dir", r.w.state, "--gateway", addr).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("policy version %d", rev)) {
+		r.violate("policy-kept", "%s: policy set version %d: %v: %s", name, rev, err, clip(string(out)))
+	}
+	r.count(s.Kind, 1, r.probe(ctx, name, "proxy"))
+	return nil
 }
 
 // relayCut kills an exec client mid-stream; the sandbox stays Ready and

@@ -52,7 +52,7 @@ type Invariant struct {
 func invariantNames() []string {
 	return []string{"no-sandbox-lost", "quiet-stay-ready", "recovered", "next-works", "denials-clean",
 		"exec-status", "settled", "workspace-intact", "denials-audited", "no-goroutine-leak",
-		"restart-converges", "clean-shutdown", "no-orphans"}
+		"policy-kept", "restart-converges", "clean-shutdown", "no-orphans"}
 }
 
 // OK reports whether every invariant held.

@@ -72,7 +72,7 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	local := map[Kind]int{
 		KindIdentityError: 3, KindIdentityPanic: 3, KindDNSUpstreamError: 2, KindDNSUpstreamTimeout: 1,
-		KindDNSQueryPanic: 2, KindPolicyDecideError: 2, KindMalformedProxy: 2, KindMalformedDNS: 2,
+		KindDNSQueryPanic: 2, KindPolicyDecideError: 2, KindMalformedProxy: 2, KindMalformedDNS: 2, KindPolicyReload: 2,
 	}
 	all := map[Kind]int{KindRelayCut: 2, KindSessionCut: 1, KindSupervisorKill: 2, KindSupervisorStop: 1,
 		KindWorkloadCrash: 2, KindGatewayKill: 1, KindStoreWriteError: 1}

@@ -640,11 +640,13 @@ type Reply struct {
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Sandbox       *SandboxStatus         `protobuf:"bytes,3,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	Sandboxes     []*SandboxStatus       `protobuf:"bytes,4,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
-	Lines         []string               `protobuf:"bytes,5,rep,name=lines,proto3" json:"lines,omitempty"`                             // logs
-	RelayAddr     string                 `protobuf:"bytes,6,opt,name=relay_addr,json=relayAddr,proto3" json:"relay_addr,omitempty"`    // RelayRequest: where to connect
-	RelayToken    string                 `protobuf:"bytes,7,opt,name=relay_token,json=relayToken,proto3" json:"relay_token,omitempty"` // RelayRequest: the one-time token to present
-	HostKey       string                 `protobuf:"bytes,8,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"`          // RelayRequest: the sandbox's SSH host key (authorized_keys form)
-	Fired         int64                  `protobuf:"varint,9,opt,name=fired,proto3" json:"fired,omitempty"`                            // FaultRequest: how often the rule's point fired before this request
+	Lines         []string               `protobuf:"bytes,5,rep,name=lines,proto3" json:"lines,omitempty"`                                        // logs
+	RelayAddr     string                 `protobuf:"bytes,6,opt,name=relay_addr,json=relayAddr,proto3" json:"relay_addr,omitempty"`               // RelayRequest: where to connect
+	RelayToken    string                 `protobuf:"bytes,7,opt,name=relay_token,json=relayToken,proto3" json:"relay_token,omitempty"`            // RelayRequest: the one-time token to present
+	HostKey       string                 `protobuf:"bytes,8,opt,name=host_key,json=hostKey,proto3" json:"host_key,omitempty"`                     // RelayRequest: the sandbox's SSH host key (authorized_keys form)
+	Fired         int64                  `protobuf:"varint,9,opt,name=fired,proto3" json:"fired,omitempty"`                                       // FaultRequest: how often the rule's point fired before this request
+	PolicyVersion uint64                 `protobuf:"varint,10,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"` // PolicyRequest: the version set or shown
+	Policy        []byte                 `protobuf:"bytes,11,opt,name=policy,proto3" json:"policy,omitempty"`                                     // PolicyRequest (get): the policy file
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +744,168 @@ func (x *Reply) GetFired() int64 {
 	return 0
 }
 
+func (x *Reply) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *Reply) GetPolicy() []byte {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// PolicyRequest sets a sandbox's policy (policy non-empty: a hot reload,
+// a new version) or gets it (policy empty; rev 0: the current version).
+type PolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Policy        []byte                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	File          string                 `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"` // the file's name, for error positions
+	Rev           uint64                 `protobuf:"varint,5,opt,name=rev,proto3" json:"rev,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRequest) Reset() {
+	*x = PolicyRequest{}
+	mi := &file_stockade_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRequest) ProtoMessage() {}
+
+func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRequest.ProtoReflect.Descriptor instead.
+func (*PolicyRequest) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PolicyRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetPolicy() []byte {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *PolicyRequest) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *PolicyRequest) GetRev() uint64 {
+	if x != nil {
+		return x.Rev
+	}
+	return 0
+}
+
+// SetPolicy hands a supervisor a new policy version (gateway -> supervisor);
+// the answer is a Reply with policy_version.
+type SetPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Instance      string                 `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
+	Policy        []byte                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPolicy) Reset() {
+	*x = SetPolicy{}
+	mi := &file_stockade_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPolicy) ProtoMessage() {}
+
+func (x *SetPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
+func (*SetPolicy) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetPolicy) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *SetPolicy) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *SetPolicy) GetPolicy() []byte {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SetPolicy) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // Hello opens a supervisor session (supervisor -> gateway).
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -759,7 +923,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +935,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +948,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{7}
+	return file_stockade_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Hello) GetToken() string {
@@ -855,7 +1019,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1031,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1044,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{8}
+	return file_stockade_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HelloAck) GetStatus() Status {
@@ -924,7 +1088,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1100,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1113,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{9}
+	return file_stockade_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Heartbeat) GetSandbox() string {
@@ -999,7 +1163,7 @@ type WorkloadExited struct {
 
 func (x *WorkloadExited) Reset() {
 	*x = WorkloadExited{}
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1175,7 @@ func (x *WorkloadExited) String() string {
 func (*WorkloadExited) ProtoMessage() {}
 
 func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1188,7 @@ func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
 func (*WorkloadExited) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{10}
+	return file_stockade_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkloadExited) GetSandbox() string {
@@ -1066,7 +1230,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1242,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1255,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{11}
+	return file_stockade_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatAck) GetSeq() uint64 {
@@ -1113,7 +1277,7 @@ type RelayRequest struct {
 
 func (x *RelayRequest) Reset() {
 	*x = RelayRequest{}
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1289,7 @@ func (x *RelayRequest) String() string {
 func (*RelayRequest) ProtoMessage() {}
 
 func (x *RelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1302,7 @@ func (x *RelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayRequest.ProtoReflect.Descriptor instead.
 func (*RelayRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{12}
+	return file_stockade_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RelayRequest) GetToken() string {
@@ -1167,7 +1331,7 @@ type OpenRelay struct {
 
 func (x *OpenRelay) Reset() {
 	*x = OpenRelay{}
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1343,7 @@ func (x *OpenRelay) String() string {
 func (*OpenRelay) ProtoMessage() {}
 
 func (x *OpenRelay) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1356,7 @@ func (x *OpenRelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRelay.ProtoReflect.Descriptor instead.
 func (*OpenRelay) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{13}
+	return file_stockade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenRelay) GetToken() string {
@@ -1223,7 +1387,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1399,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1412,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{14}
+	return file_stockade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FaultRequest) GetToken() string {
@@ -1287,7 +1451,7 @@ type BoundaryFailed struct {
 
 func (x *BoundaryFailed) Reset() {
 	*x = BoundaryFailed{}
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1463,7 @@ func (x *BoundaryFailed) String() string {
 func (*BoundaryFailed) ProtoMessage() {}
 
 func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1476,7 @@ func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryFailed.ProtoReflect.Descriptor instead.
 func (*BoundaryFailed) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{15}
+	return file_stockade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BoundaryFailed) GetSandbox() string {
@@ -1387,7 +1551,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc5\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x84\x03\n" +
 	"\x05Reply\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x124\n" +
@@ -1399,7 +1563,21 @@ const file_stockade_proto_rawDesc = "" +
 	"\vrelay_token\x18\a \x01(\tR\n" +
 	"relayToken\x12\x19\n" +
 	"\bhost_key\x18\b \x01(\tR\ahostKey\x12\x14\n" +
-	"\x05fired\x18\t \x01(\x03R\x05fired\"\x8b\x02\n" +
+	"\x05fired\x18\t \x01(\x03R\x05fired\x12%\n" +
+	"\x0epolicy_version\x18\n" +
+	" \x01(\x04R\rpolicyVersion\x12\x16\n" +
+	"\x06policy\x18\v \x01(\fR\x06policy\"w\n" +
+	"\rPolicyRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\fR\x06policy\x12\x12\n" +
+	"\x04file\x18\x04 \x01(\tR\x04file\x12\x10\n" +
+	"\x03rev\x18\x05 \x01(\x04R\x03rev\"s\n" +
+	"\tSetPolicy\x12\x18\n" +
+	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\fR\x06policy\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\x8b\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1a\n" +
@@ -1480,7 +1658,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1491,30 +1669,32 @@ var file_stockade_proto_goTypes = []any{
 	(*Transition)(nil),     // 6: stockade.v1.Transition
 	(*SandboxStatus)(nil),  // 7: stockade.v1.SandboxStatus
 	(*Reply)(nil),          // 8: stockade.v1.Reply
-	(*Hello)(nil),          // 9: stockade.v1.Hello
-	(*HelloAck)(nil),       // 10: stockade.v1.HelloAck
-	(*Heartbeat)(nil),      // 11: stockade.v1.Heartbeat
-	(*WorkloadExited)(nil), // 12: stockade.v1.WorkloadExited
-	(*HeartbeatAck)(nil),   // 13: stockade.v1.HeartbeatAck
-	(*RelayRequest)(nil),   // 14: stockade.v1.RelayRequest
-	(*OpenRelay)(nil),      // 15: stockade.v1.OpenRelay
-	(*FaultRequest)(nil),   // 16: stockade.v1.FaultRequest
-	(*BoundaryFailed)(nil), // 17: stockade.v1.BoundaryFailed
-	nil,                    // 18: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 19: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 20: actor.PID
+	(*PolicyRequest)(nil),  // 9: stockade.v1.PolicyRequest
+	(*SetPolicy)(nil),      // 10: stockade.v1.SetPolicy
+	(*Hello)(nil),          // 11: stockade.v1.Hello
+	(*HelloAck)(nil),       // 12: stockade.v1.HelloAck
+	(*Heartbeat)(nil),      // 13: stockade.v1.Heartbeat
+	(*WorkloadExited)(nil), // 14: stockade.v1.WorkloadExited
+	(*HeartbeatAck)(nil),   // 15: stockade.v1.HeartbeatAck
+	(*RelayRequest)(nil),   // 16: stockade.v1.RelayRequest
+	(*OpenRelay)(nil),      // 17: stockade.v1.OpenRelay
+	(*FaultRequest)(nil),   // 18: stockade.v1.FaultRequest
+	(*BoundaryFailed)(nil), // 19: stockade.v1.BoundaryFailed
+	nil,                    // 20: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 21: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 22: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	18, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	20, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	20, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	22, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	20, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	19, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	22, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
+	21, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	10, // [10:10] is the sub-list for method output_type
 	10, // [10:10] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1533,7 +1713,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

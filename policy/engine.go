@@ -112,6 +112,19 @@ func NewEngine(opts ...Option) *Engine {
 // version N+1 atomically and the version is returned. An invalid one
 // returns its ErrorList (or a compile error) and the current version stays.
 func (e *Engine) Load(file string, data []byte) (uint64, error) {
+	return e.load(file, data, 0)
+}
+
+// LoadVersion is Load with the version chosen by the caller (the gateway
+// owns a sandbox's policy revisions); it must be newer than the current.
+func (e *Engine) LoadVersion(file string, data []byte, version uint64) (uint64, error) {
+	if version == 0 {
+		return 0, fmt.Errorf("policy %s: version 0 is not a version", file)
+	}
+	return e.load(file, data, version)
+}
+
+func (e *Engine) load(file string, data []byte, version uint64) (uint64, error) {
 	pol, err := Parse(file, data)
 	if err != nil {
 		e.log.Warn().Str("file", file).Err(err).Msg("policy rejected; keeping the current version")
@@ -128,7 +141,14 @@ func (e *Engine) Load(file string, data []byte) (uint64, error) {
 		e.log.Error().Err(err).Msg("policy compile failed; keeping the current version")
 		return 0, err
 	}
-	e.version++
+	switch {
+	case version == 0:
+		e.version++
+	case version <= e.version:
+		return 0, fmt.Errorf("policy %s: version %d is not newer than the current %d", file, version, e.version)
+	default:
+		e.version = version
+	}
 	e.cur.Store(&snapshot{version: e.version, policy: pol, compiled: c, cache: newDecisionCache(e.cacheSize), noCancel: topdown.NewCancel()})
 	e.log.Info().Str("file", file).Uint64("version", e.version).
 		Int("network_policies", len(pol.NetworkPolicies)).Int("endpoints", pol.EndpointCount()).

@@ -485,3 +485,20 @@ func TestDecisionsDuringReloads(t *testing.T) {
 	}
 	t.Logf("%d decisions over %d versions", decided.Load(), n)
 }
+
+// TestLoadVersion: the gateway's version numbers are kept; an older or
+// equal one is refused and the current stays.
+func TestLoadVersion(t *testing.T) {
+	e := NewEngine()
+	if v, err := e.LoadVersion("p.yaml", []byte(semanticsPolicy), 7); err != nil || v != 7 || e.Version() != 7 {
+		t.Fatalf("LoadVersion 7: %d %v (version %d)", v, err, e.Version())
+	}
+	for _, old := range []uint64{0, 3, 7} {
+		if _, err := e.LoadVersion("p.yaml", []byte(semanticsPolicy), old); err == nil {
+			t.Errorf("version %d accepted after 7", old)
+		}
+	}
+	if v, err := e.Load("p.yaml", []byte(semanticsPolicy)); err != nil || v != 8 {
+		t.Fatalf("Load after 7: %d %v", v, err)
+	}
+}

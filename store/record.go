@@ -55,13 +55,26 @@ func (i *Intent) UnmarshalText(b []byte) error {
 type Spec struct {
 	Name string `json:"name"`
 	// Policy is the policy file's content, PolicyVersion its version.
-	Policy        string                  `json:"policy"`
-	PolicyVersion uint64                  `json:"policyVersion"`
+	Policy        string `json:"policy"`
+	PolicyVersion uint64 `json:"policyVersion"`
+	// PolicyHistory keeps the versions before PolicyVersion (oldest
+	// first, at most PolicyHistoryLen) for `policy get --rev`.
+	PolicyHistory []PolicyRev             `json:"policyHistory,omitempty"`
 	Workdir       string                  `json:"workdir,omitempty"`
 	Argv          []string                `json:"argv,omitempty"`
 	Restart       lifecycle.RestartPolicy `json:"restart"`
 	Created       time.Time               `json:"created"`
 }
+
+// PolicyRev is an earlier version of a sandbox's policy.
+type PolicyRev struct {
+	Version uint64    `json:"version"`
+	Policy  string    `json:"policy"`
+	Until   time.Time `json:"until"`
+}
+
+// PolicyHistoryLen is how many earlier policy versions a record keeps.
+const PolicyHistoryLen = 10
 
 // Record is everything the gateway keeps about one sandbox.
 type Record struct {

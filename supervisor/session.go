@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/policy"
 )
 
 // Local messages of the session actor.
@@ -42,7 +44,8 @@ type session struct {
 	nextHello time.Time
 	exit      *messages.WorkloadExited // to deliver before the supervisor ends
 	restarts  func() map[string]int64
-	faults    *fault.Set  // armed by FaultRequest (tests, chaos)
+	faults    *fault.Set // armed by FaultRequest (tests, chaos)
+	policy    *policy.Engine
 	relays    relayServer // serves SSH on relay streams
 	ctx       context.Context
 	refused   func(reason string) // the gateway refused this instance: end the supervisor
@@ -104,6 +107,23 @@ func (s *session) Receive(ctx actor.Context) {
 		}
 		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule, Fired: int64(fired)})
+	case *messages.SetPolicy:
+		v, err := s.policy.LoadVersion("policy.yaml", m.Policy, m.Version)
+		switch {
+		case err != nil && s.policy.Version() >= m.Version:
+			// Already at (or past) this version: a repeated push.
+			v = s.policy.Version()
+		case err != nil:
+			s.log.Error().Err(err).Uint64("version", m.Version).Msg("policy from the gateway refused; the current version stays")
+			if ctx.Sender() != nil {
+				ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error(), PolicyVersion: s.policy.Version()})
+			}
+			return
+		}
+		s.hello.PolicyVersion = v // a later Hello tells the gateway what runs
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: fmt.Sprintf("policy version %d live", v), PolicyVersion: v})
+		}
 	case *boundaryGaveUp:
 		s.log.Error().Str("detail", m.detail).Msg("boundary failed past its restart budget; telling the gateway")
 		if s.gw != nil {

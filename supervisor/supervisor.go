@@ -48,7 +48,11 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 
 	faults := fault.NewSet() // armed at run time by FaultRequest (tests, chaos)
 	engine := policy.NewEngine(policy.WithLogger(log), policy.WithFaults(faults))
-	if _, err := engine.Load("policy.yaml", []byte(sp.Policy)); err != nil {
+	load := func() (uint64, error) { return engine.Load("policy.yaml", []byte(sp.Policy)) }
+	if sp.PolicyVersion > 0 {
+		load = func() (uint64, error) { return engine.LoadVersion("policy.yaml", []byte(sp.Policy), sp.PolicyVersion) }
+	}
+	if _, err := load(); err != nil {
 		return fmt.Errorf("supervisor: policy: %w", err)
 	}
 	pol, version := engine.Current()
@@ -129,7 +133,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version,
 			HostKey: string(ssh.MarshalAuthorizedKey(srv.HostKey()))},
 		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
-		faults:   faults, ctx: ctx, relays: srv,
+		faults:   faults, ctx: ctx, relays: srv, policy: engine,
 		refused:  func(why string) { done <- "gateway refused this instance: " + why },
 		exitDone: func() { close(exitDelivered) },
 	}
@@ -184,7 +188,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine,
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids), identity.WithInjector(faults))
+	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids), identity.WithStopAt(sb.InitPid()), identity.WithInjector(faults))
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}

@@ -209,6 +209,8 @@ func (a *apiActor) Receive(ctx actor.Context) {
 		tok = m.Token
 	case *messages.FaultRequest:
 		tok = m.Token
+	case *messages.PolicyRequest:
+		tok = m.Token
 	case *messages.Hello:
 		if !tokenOK(a.token, m.Token) {
 			a.refuse(ctx)

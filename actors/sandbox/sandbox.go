@@ -70,6 +70,8 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		a.hello(ctx, m)
 	case *messages.RelayRequest:
 		a.openRelay(ctx)
+	case *messages.PolicyRequest:
+		a.policyRequest(ctx, m)
 	case *messages.FaultRequest:
 		if a.supRemote == nil {
 			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s has no supervisor session", a.name)})
@@ -383,7 +385,7 @@ func (a *sandboxActor) launch(inst string) error {
 	}
 	s := spec.Supervisor{
 		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Token: a.env.Token,
-		Policy: a.rec.Spec.Policy, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
+		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
 		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
 		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback,
 	}
@@ -489,6 +491,12 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 		}
 	}
 	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: heartbeatEvery.Milliseconds()})
+	if h.PolicyVersion != a.rec.Spec.PolicyVersion {
+		// A policy set it missed (it was starting, or cut off): push it now.
+		a.env.Log.Info().Str("sandbox", a.name).Uint64("supervisor_has", h.PolicyVersion).
+			Uint64("current", a.rec.Spec.PolicyVersion).Msg("pushing the current policy to the supervisor")
+		ctx.Send(a.supRemote, a.setPolicy())
+	}
 	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}) })
 }
 

@@ -57,6 +57,8 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		a.route(ctx, m.Name)
 	case *messages.FaultRequest:
 		a.route(ctx, m.Name)
+	case *messages.PolicyRequest:
+		a.route(ctx, m.Name)
 	case *messages.Hello:
 		if pid, ok := a.kids[m.Sandbox]; ok {
 			ctx.Forward(pid)

@@ -14,7 +14,8 @@ type Identity struct {
 	// Exe is the readlink of /proc/<pid>/exe (may end in " (deleted)").
 	Exe string
 	// Ancestors holds the exe paths of the parent, grandparent, ... up to
-	// pid 1 of the proc root's pid namespace, at most MaxAncestors entries.
+	// pid 1 of the proc root's pid namespace, or up to (not including) the
+	// WithStopAt pid (a sandbox's init), at most MaxAncestors entries.
 	// The walk stops early at a process whose stat or exe cannot be read.
 	Ancestors []string
 	// UID is the socket's owner uid as reported by sock_diag (in the user

@@ -398,3 +398,20 @@ func TestOwnerHintsFirst(t *testing.T) {
 		t.Fatalf("%v, want %v", got, want)
 	}
 }
+
+// TestStopAtEndsTheWalk: with WithStopAt(bash's pid) the ancestors of curl
+// (child of bash, grandchild of this test) end below bash: nothing above
+// the stop pid (in a sandbox, the host above its init) is reported.
+func TestStopAtEndsTheWalk(t *testing.T) {
+	bash, curl := lookPath(t, "bash"), lookPath(t, "curl")
+	ln := listen(t, "tcp4", "127.0.0.1:0")
+	cmd := exec.Command(bash, "-c", `"$0" -s -o /dev/null -m 10 "http://127.0.0.1:$1/" & wait; exit 0`, curl, port(ln))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	id := resolve(t, newResolver(t, WithStopAt(cmd.Process.Pid)), accept(t, ln))
+	if id.Exe != curl || len(id.Ancestors) != 0 {
+		t.Fatalf("exe %q ancestors %q: want curl and no ancestors (its parent is the stop pid)", id.Exe, id.Ancestors)
+	}
+}

@@ -25,6 +25,7 @@ type config struct {
 	diagFD   int
 	pids     func() ([]int, error)
 	procRoot string
+	stopAt   int
 	inj      fault.Injector
 }
 
@@ -37,6 +38,10 @@ func WithDiagFD(fd int) Option { return func(c *config) { c.diagFD = fd } }
 // WithPids restricts the candidate owners to the pids it returns, numbered
 // as in the proc root (default: every process in the proc root).
 func WithPids(f func() ([]int, error)) Option { return func(c *config) { c.pids = f } }
+
+// WithStopAt ends every ancestor walk below pid (a sandbox's init): the
+// ancestors are the sandbox's processes, never the host's above it.
+func WithStopAt(pid int) Option { return func(c *config) { c.stopAt = pid } }
 
 // WithProcRoot reads processes under root instead of /proc.
 func WithProcRoot(root string) Option { return func(c *config) { c.procRoot = root } }
@@ -78,7 +83,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Netlink{diag: d, proc: procFS{root: c.procRoot}, pids: c.pids, inj: c.inj, cache: newOwnerCache()}
+	r := &Netlink{diag: d, proc: procFS{root: c.procRoot, stopAt: c.stopAt}, pids: c.pids, inj: c.inj, cache: newOwnerCache()}
 	if r.pids == nil {
 		r.allProcs = true
 		r.pids = r.proc.allPids

@@ -16,6 +16,8 @@ import (
 // procFS reads the process tables under a proc mount.
 type procFS struct {
 	root string
+	// stopAt ends ancestor walks below this pid (0: walk to pid 1).
+	stopAt int
 }
 
 func (p procFS) path(pid int, rest string) string {
@@ -193,7 +195,7 @@ func (p procFS) ancestors(pid int) []string {
 	var out []string
 	for len(out) < MaxAncestors {
 		pp, err := p.ppid(pid)
-		if err != nil || pp <= 0 {
+		if err != nil || pp <= 0 || pp == p.stopAt {
 			break
 		}
 		exe, err := p.exe(pp)

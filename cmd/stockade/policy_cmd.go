@@ -8,20 +8,85 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 )
 
-// newPolicyCmd returns `stockade policy` with the local, offline verbs
-// check and eval (set/get talk to a gateway and live elsewhere).
+// newPolicyCmd returns `stockade policy`: the offline verbs check and eval,
+// and set/get, which talk to a gateway.
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
 		Short: "Validate and evaluate sandbox policies (OpenShell v1 YAML)",
 	}
-	cmd.AddCommand(newPolicyCheckCmd(), newPolicyEvalCmd())
+	cmd.AddCommand(newPolicyCheckCmd(), newPolicyEvalCmd(), newPolicySetCmd(), newPolicyGetCmd())
+	return cmd
+}
+
+// clientFlags adds the gateway client flags to a command outside `sandbox`.
+func clientFlags(cmd *cobra.Command) *clientOpts {
+	var co clientOpts
+	cmd.Flags().StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
+	cmd.Flags().StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
+	return &co
+}
+
+func newPolicySetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "set NAME FILE",
+		Short: "Hot-reload a sandbox's policy; prints the new version",
+		Long: `Validates FILE (errors with line:col, exit 2), saves it as the sandbox's next
+policy version and pushes it to the running supervisor: network rules apply
+to the next connection or query; filesystem_policy and landlock apply at the
+next start. A supervisor that misses the push gets it when it reconnects.`,
+		Args: cobra.ExactArgs(2),
+	}
+	co := clientFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if _, err := loadPolicyFile(cmd, args[1]); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(args[1])
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
+		}
+		reply, err := co.call(cmd, func(tok string) proto.Message {
+			return &messages.PolicyRequest{Token: tok, Name: args[0], Policy: data, File: filepath.Base(args[1])}
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), reply.Message)
+		return nil
+	}
+	return cmd
+}
+
+func newPolicyGetCmd() *cobra.Command {
+	var rev uint64
+	cmd := &cobra.Command{
+		Use:   "get NAME [--rev N]",
+		Short: "Print a sandbox's policy (current, or an earlier version)",
+		Args:  cobra.ExactArgs(1),
+	}
+	co := clientFlags(cmd)
+	cmd.Flags().Uint64Var(&rev, "rev", 0, "the version to print (default: the current one)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		reply, err := co.call(cmd, func(tok string) proto.Message {
+			return &messages.PolicyRequest{Token: tok, Name: args[0], Rev: rev}
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "# sandbox %s, policy version %d\n%s", args[0], reply.PolicyVersion, reply.Policy)
+		return nil
+	}
 	return cmd
 }
 

@@ -12,13 +12,15 @@ import (
 
 // Supervisor is the spec of one supervisor instance.
 type Supervisor struct {
-	Name     string   `json:"name"`
-	Instance string   `json:"instance"`
-	Gateway  string   `json:"gateway"`
-	Token    string   `json:"token"`
-	Policy   string   `json:"policy"`
-	Argv     []string `json:"argv"`
-	Workdir  string   `json:"workdir,omitempty"`
+	Name     string `json:"name"`
+	Instance string `json:"instance"`
+	Gateway  string `json:"gateway"`
+	Token    string `json:"token"`
+	Policy   string `json:"policy"`
+	// PolicyVersion is the gateway's version of Policy (0: start at 1).
+	PolicyVersion uint64   `json:"policyVersion,omitempty"`
+	Argv          []string `json:"argv"`
+	Workdir       string   `json:"workdir,omitempty"`
 	// Workspace is the host directory mounted at /sandbox.
 	Workspace string `json:"workspace"`
 	// AuditFile receives the boundary's decisions.

@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/policy"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// pushTimeout bounds how long `policy set` waits for the supervisor.
+const pushTimeout = 5 * time.Second
+
+// policyRequest gets or sets (hot reload) the sandbox's policy. A set is
+// saved first (the next supervisor starts with it), then pushed to the
+// running supervisor; a supervisor that misses the push gets it when it
+// says Hello with an older version.
+func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyRequest) {
+	if len(m.Policy) == 0 {
+		ctx.Respond(a.policyGet(m.Rev))
+		return
+	}
+	if a.m.Phase() == lifecycle.PhaseDeleting {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
+			Message: fmt.Sprintf("sandbox %s is Deleting: policy set works in every other phase", a.name)})
+		return
+	}
+	file := m.File
+	if file == "" {
+		file = "policy.yaml"
+	}
+	if _, err := policy.Parse(file, m.Policy); err != nil {
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			err = list
+		}
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("invalid policy:\n%v", err)})
+		return
+	}
+	spec := &a.rec.Spec
+	old := store.PolicyRev{Version: spec.PolicyVersion, Policy: spec.Policy, Until: time.Now()}
+	spec.PolicyHistory = append(spec.PolicyHistory, old)
+	if n := len(spec.PolicyHistory); n > store.PolicyHistoryLen {
+		spec.PolicyHistory = spec.PolicyHistory[n-store.PolicyHistoryLen:]
+	}
+	spec.Policy, spec.PolicyVersion = string(m.Policy), spec.PolicyVersion+1
+	if err := a.persistErr(); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		return
+	}
+	a.env.Log.Info().Str("sandbox", a.name).Uint64("policy_version", spec.PolicyVersion).Msg("policy saved")
+	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
+	v := spec.PolicyVersion
+	if a.supRemote == nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
+			Message: fmt.Sprintf("sandbox %s: policy version %d saved; no supervisor runs now: it applies when one starts", a.name, v)})
+		return
+	}
+	client := ctx.Sender()
+	f := ctx.RequestFuture(a.supRemote, a.setPolicy(), pushTimeout)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		r, ok := res.(*messages.Reply)
+		switch {
+		case err == nil && ok && r.Status == messages.Status_STATUS_OK:
+			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
+				Message: fmt.Sprintf("sandbox %s: policy version %d live (network rules now; filesystem and landlock at the next start)", a.name, v)})
+		case err == nil && ok:
+			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, PolicyVersion: v,
+				Message: fmt.Sprintf("sandbox %s: policy version %d saved but the supervisor refused it: %s", a.name, v, r.Message)})
+		default:
+			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
+				Message: fmt.Sprintf("sandbox %s: policy version %d saved; the supervisor did not confirm (%v): it gets it when its session is back", a.name, v, err)})
+		}
+	})
+}
+
+func (a *sandboxActor) setPolicy() *messages.SetPolicy {
+	return &messages.SetPolicy{Sandbox: a.name, Instance: a.rec.InstanceID, Policy: []byte(a.rec.Spec.Policy), Version: a.rec.Spec.PolicyVersion}
+}
+
+func (a *sandboxActor) policyGet(rev uint64) *messages.Reply {
+	spec := a.rec.Spec
+	if rev == 0 || rev == spec.PolicyVersion {
+		return &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: spec.PolicyVersion, Policy: []byte(spec.Policy)}
+	}
+	kept := []string{}
+	for _, h := range spec.PolicyHistory {
+		if h.Version == rev {
+			return &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: h.Version, Policy: []byte(h.Policy)}
+		}
+		kept = append(kept, fmt.Sprint(h.Version))
+	}
+	kept = append(kept, fmt.Sprint(spec.PolicyVersion))
+	return &messages.Reply{Status: messages.Status_STATUS_NOT_FOUND,
+		Message: fmt.Sprintf("sandbox %s has no policy version %d (kept: %s)", a.name, rev, strings.Join(kept, ", "))}
+}
