@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -109,9 +110,37 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	res, err := c.sys.Root.RequestFuture(c.api, msg, timeout).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: no answer within %s: %v", ErrUnreachable, c.addr, timeout.Round(time.Millisecond), err)
+	// A gateway that dies mid-request ends the connection: fail at once
+	// instead of waiting out the timeout.
+	lost := make(chan struct{})
+	var once sync.Once
+	sub := c.sys.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == c.addr {
+			once.Do(func() { close(lost) })
+		}
+	})
+	defer c.sys.EventStream.Unsubscribe(sub)
+	f := c.sys.Root.RequestFuture(c.api, msg, timeout)
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
+	var res any
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: %s: no answer within %s: %v", ErrUnreachable, c.addr, timeout.Round(time.Millisecond), r.err)
+		}
+		res = r.res
+	case <-lost:
+		return nil, fmt.Errorf("%w: %s: the connection to the gateway ended before it answered (did it stop or restart? the request may or may not have been carried out: check with get)", ErrUnreachable, c.addr)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, c.addr, ctx.Err())
 	}
 	reply, ok := res.(*messages.Reply)
 	if !ok {

@@ -302,11 +302,17 @@ func (a *sandboxActor) carryOut(ctx actor.Context, t lifecycle.Transition) {
 	for _, r := range t.Records {
 		a.recordTransition(r)
 	}
-	if t.Timer.Kind != lifecycle.TimerNone {
+	switch {
+	case t.Timer.Kind != lifecycle.TimerNone:
 		if a.cancel != nil {
 			a.cancel()
 		}
 		a.cancel = a.timers.SendOnce(time.Until(t.Timer.At), ctx.Self(), &timerFired{seq: t.Timer.Seq})
+	case a.cancel != nil && len(t.Records) > 0 && settled(t.Records[len(t.Records)-1].To):
+		// Settled in a phase that waits for nothing: an older timer (a
+		// start timeout, a stable period) can only fire stale; cancel it.
+		a.cancel()
+		a.cancel = nil
 	}
 	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
 	switch t.Action {
@@ -583,6 +589,16 @@ func lastLine(path string) string {
 		last = last[:400]
 	}
 	return last
+}
+
+// settled phases wait for no timer of the machine's (unless the
+// transition into them arms one).
+func settled(p lifecycle.Phase) bool {
+	switch p {
+	case lifecycle.PhaseReady, lifecycle.PhaseStopped, lifecycle.PhaseCompleted, lifecycle.PhaseError:
+		return true
+	}
+	return false
 }
 
 // reasonText is "" for no reason (the JSON of `sandbox get`).
