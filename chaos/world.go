@@ -151,18 +151,21 @@ func (w *world) startGateway(ctx context.Context) error {
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case a := <-ready:
-		tok, err := client.LoadToken(w.state)
-		if err != nil {
-			return fmt.Errorf("chaos: %w", err)
-		}
-		cl, err := client.Dial(a.api, tok, zerolog.Nop())
-		if err != nil {
-			return fmt.Errorf("chaos: dial gateway: %w", err)
+		// One client for the whole run: the gateway keeps its address
+		// across restarts, and starting a second protoactor remote in one
+		// process races on grpc's global logger.
+		w.mu.Lock()
+		cl, tok := w.cl, w.token
+		w.mu.Unlock()
+		if cl == nil {
+			if tok, err = client.LoadToken(w.state); err != nil {
+				return fmt.Errorf("chaos: %w", err)
+			}
+			if cl, err = client.Dial(a.api, tok, zerolog.Nop()); err != nil {
+				return fmt.Errorf("chaos: dial gateway: %w", err)
+			}
 		}
 		w.mu.Lock()
-		if w.cl != nil {
-			w.cl.Close()
-		}
 		w.addr, w.relay, w.metrics, w.gw, w.gwDone, w.cl, w.token = a.api, a.relay, a.metrics, cmd, done, cl, tok
 		if !w.downSince.IsZero() {
 			w.downs = append(w.downs, window{w.downSince, time.Now()})
@@ -194,12 +197,9 @@ func (w *world) killGateway() {
 // stopGateway stops the gateway gracefully (SIGTERM).
 func (w *world) stopGateway() {
 	w.mu.Lock()
-	cmd, done, cl := w.gw, w.gwDone, w.cl
-	w.cl = nil
+	cmd, done := w.gw, w.gwDone
+	w.downSince = time.Now()
 	w.mu.Unlock()
-	if cl != nil {
-		cl.Close()
-	}
 	if cmd == nil {
 		return
 	}
@@ -352,5 +352,12 @@ func (w *world) goroutines(ctx context.Context) (int, error) {
 
 func (w *world) close() {
 	w.stopGateway()
+	w.mu.Lock()
+	cl := w.cl
+	w.cl = nil
+	w.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
 	_ = w.web.Close()
 }
