@@ -209,7 +209,7 @@ func supervisorsOf(state string) []int {
 			continue
 		}
 		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(b), "supervisor") && strings.Contains(string(b), state) {
+		if strings.Contains(string(b), "supervisor\x00--spec\x00") && strings.Contains(string(b), state) {
 			out = append(out, pid)
 		}
 	}
