@@ -34,6 +34,7 @@ type runner struct {
 	checks    map[string]int      // invariant name -> how many things it checked
 	made      map[string]bool     // namespaces the run's sandboxes were seen in
 	policyRev map[string]int      // policy reloads per sandbox
+	malformed [2]int              // malformed proxy requests sent, answered 4xx
 }
 
 // checked records how many items an invariant looked at (r.mu held).
@@ -231,28 +232,42 @@ func (r *runner) dnsBurst(ctx context.Context, s Step, name string) error {
 	return nil
 }
 
-// malformed proxy requests, one connection each, through bash's /dev/tcp.
-var badRequests = []string{
-	`GARBAGE\r\n\r\n`,
-	`GET\r\n\r\n`,
-	`CONNECT nohost HTTP/1.1\r\n\r\n`,
-	`CONNECT api.test:99999 HTTP/1.1\r\n\r\n`,
-	`GET /relative HTTP/1.1\r\nHost: api.test\r\n\r\n`,
-	`\x16\x03\x01\x00\x05hello\r\n\r\n`,
-	`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`,
-	`GET http://api.test:1:2/ HTTP/1.1\r\n\r\n`,
+// badRequests are malformed proxy requests, one connection each, sent
+// through bash's /dev/tcp.
+func badRequests() []string {
+	return []string{
+		`GARBAGE\r\n\r\n`,
+		`GET\r\n\r\n`,
+		`CONNECT nohost HTTP/1.1\r\n\r\n`,
+		`CONNECT api.test:99999 HTTP/1.1\r\n\r\n`,
+		`GET /relative HTTP/1.1\r\nHost: api.test\r\n\r\n`,
+		`\x16\x03\x01\x00\x05hello\r\n\r\n`,
+		`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`,
+		`GET http://api.test:1:2/ HTTP/1.1\r\n\r\n`,
+	}
 }
 
 func (r *runner) malformedProxy(ctx context.Context, s Step, name string) error {
 	var b strings.Builder
 	b.WriteString("trap '' PIPE\nok=0\n") // the proxy may close before a request is fully sent
+	bad := badRequests()
 	for i := 0; i < s.N; i++ {
 		fmt.Fprintf(&b, "exec 3<>/dev/tcp/127.0.0.1/3128 && { printf '%s' >&3; timeout 3 head -c 12 <&3 | grep -q '^HTTP/1.1 4' && ok=$((ok+1)); exec 3<&-; }\n",
-			badRequests[i%len(badRequests)])
+			bad[i%len(bad)])
 	}
 	b.WriteString("echo \"M $ok\"\n")
 	res := r.w.exec(ctx, name, "exec /bin/bash -c "+shellQuote(b.String()))
-	r.l.outcome(name, 0, res, r.excused(name, res.start, res.start.Add(res.took)))
+	if r.l.outcome(name, 0, res, r.excused(name, res.start, res.start.Add(res.took))) {
+		for _, line := range strings.Split(res.out, "\n") {
+			if v, ok := strings.CutPrefix(line, "M "); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				r.mu.Lock()
+				r.malformed[0] += s.N
+				r.malformed[1] += n
+				r.mu.Unlock()
+			}
+		}
+	}
 	r.count(s.Kind, s.N, r.probe(ctx, name, "proxy"))
 	return nil
 }

@@ -22,6 +22,9 @@ type Report struct {
 	Kinds       []KindReport `json:"kinds"`
 	Invariants  []Invariant  `json:"invariants"`
 	Execs       execStats    `json:"execs"`
+	// MalformedProxy: malformed proxy requests sent (in execs that
+	// completed) and how many got a 4xx answer (the rest were closed).
+	MalformedProxy [2]int `json:"malformed_proxy_sent_answered_4xx"`
 	// Goroutines of the idle gateway before and after.
 	Goroutines [2]int `json:"gateway_goroutines_idle_before_after"`
 	Dir        string `json:"dir,omitempty"`
@@ -51,7 +54,7 @@ type Invariant struct {
 // invariantNames are every invariant a run checks, in report order.
 func invariantNames() []string {
 	return []string{"no-sandbox-lost", "quiet-stay-ready", "recovered", "next-works", "denials-clean",
-		"exec-status", "settled", "workspace-intact", "denials-audited", "no-goroutine-leak",
+		"exec-status", "malformed-answered", "settled", "workspace-intact", "denials-audited", "no-goroutine-leak",
 		"policy-kept", "restart-converges", "clean-shutdown", "no-orphans"}
 }
 
@@ -68,11 +71,17 @@ func (rep *Report) OK() bool {
 func (r *runner) fill(rep *Report) {
 	r.l.mu.Lock()
 	rep.Execs = r.l.execs
+	rep.MalformedProxy = r.malformed
 	bad := append([]string(nil), r.l.bad...)
 	r.l.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.broken["exec-status"] = append(r.broken["exec-status"], bad...)
+	r.checks["malformed-answered"] += r.malformed[0]
+	if r.malformed[1] < r.malformed[0] {
+		r.broken["malformed-answered"] = append(r.broken["malformed-answered"],
+			fmt.Sprintf("%d of %d malformed proxy requests got no 4xx answer", r.malformed[0]-r.malformed[1], r.malformed[0]))
+	}
 	r.checks["exec-status"] += rep.Execs.Total
 	kinds := make([]Kind, 0, len(r.stats))
 	for k := range r.stats {
@@ -115,8 +124,9 @@ func (rep *Report) WriteTable(out io.Writer) {
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t\t\t\n", rep.Steps, rep.Injected)
 	_ = tw.Flush()
-	fmt.Fprintf(out, "execs: %d, %d with their exit status, %d with a clear error while a fault cut them, %d broken; gateway goroutines idle %d -> %d\n",
-		rep.Execs.Total, rep.Execs.WithStatus, rep.Execs.ClearError, rep.Execs.Bad, rep.Goroutines[0], rep.Goroutines[1])
+	fmt.Fprintf(out, "execs: %d, %d with their exit status, %d with a clear error while a fault cut them, %d broken; gateway goroutines idle %d -> %d; malformed proxy requests answered 4xx: %d of %d\n",
+		rep.Execs.Total, rep.Execs.WithStatus, rep.Execs.ClearError, rep.Execs.Bad, rep.Goroutines[0], rep.Goroutines[1],
+		rep.MalformedProxy[1], rep.MalformedProxy[0])
 	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INVARIANT\tRESULT\tCHECKED\tFIRST VIOLATION")
 	for _, inv := range rep.Invariants {

@@ -34,23 +34,44 @@ const (
 	KindPolicyReload       Kind = 16
 )
 
-var kindNames = map[Kind]string{
-	KindIdentityError: "identity-error", KindIdentityPanic: "identity-panic",
-	KindDNSUpstreamError: "dns-upstream-error", KindDNSUpstreamTimeout: "dns-upstream-timeout",
-	KindDNSQueryPanic: "dns-query-panic", KindPolicyDecideError: "policy-decide-error",
-	KindMalformedProxy: "malformed-proxy", KindMalformedDNS: "malformed-dns",
-	KindRelayCut: "relay-cut", KindSessionCut: "session-cut",
-	KindSupervisorKill: "supervisor-kill", KindSupervisorStop: "supervisor-stop",
-	KindWorkloadCrash: "workload-crash", KindGatewayKill: "gateway-kill",
-	KindStoreWriteError: "store-write-error", KindPolicyReload: "policy-reload",
-}
-
 // String returns the kind's report name.
 func (k Kind) String() string {
-	if n, ok := kindNames[k]; ok {
-		return n
+	switch k {
+	case KindIdentityError:
+		return "identity-error"
+	case KindIdentityPanic:
+		return "identity-panic"
+	case KindDNSUpstreamError:
+		return "dns-upstream-error"
+	case KindDNSUpstreamTimeout:
+		return "dns-upstream-timeout"
+	case KindDNSQueryPanic:
+		return "dns-query-panic"
+	case KindPolicyDecideError:
+		return "policy-decide-error"
+	case KindMalformedProxy:
+		return "malformed-proxy"
+	case KindMalformedDNS:
+		return "malformed-dns"
+	case KindRelayCut:
+		return "relay-cut"
+	case KindSessionCut:
+		return "session-cut"
+	case KindSupervisorKill:
+		return "supervisor-kill"
+	case KindSupervisorStop:
+		return "supervisor-stop"
+	case KindWorkloadCrash:
+		return "workload-crash"
+	case KindGatewayKill:
+		return "gateway-kill"
+	case KindStoreWriteError:
+		return "store-write-error"
+	case KindPolicyReload:
+		return "policy-reload"
+	default:
+		return fmt.Sprintf("kind(%d)", int(k))
 	}
-	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 // Local reports whether the kind stays at connection or query level: it
