@@ -21,17 +21,19 @@ import (
 
 // TestCrashAtEveryStoreWrite is issue 5's "gateway restart at every step":
 // a scenario walks the lifecycle (create, stop, start, supervisor SIGKILL
-// and recovery, create --no-wait, stop --force, delete, delete
-// --keep-workspace). A clean run counts its store writes N. Then for each
-// K in 0..N-1 a fresh gateway runs the scenario with
-// store.committed=kill:1@K, so it SIGKILLs itself right after its (K+1)-th
-// committed write; the test checks it died by SIGKILL with exactly K+1
-// writes on disk, that no acknowledged verb is missing from the persisted
-// intents, restarts the gateway without the fault, and requires every
-// sandbox to converge to what its persisted intent asks for (running ->
-// Ready with one supervisor, stopped -> Stopped with none, deleted or no
-// record -> gone with none), no Recovering without a retry or an attempt
-// in progress on the way, and the workspace file intact.
+// and recovery, create --no-wait, stop --force, delete, a session cut
+// that reconnects within the grace, a supervisor SIGKILL whose respawn
+// fails (StartFailed) then recover, delete --keep-workspace). A clean run
+// counts its store writes N. Then for each K in 0..N-1 a fresh gateway
+// runs the scenario with store.committed=kill:1@K, so it SIGKILLs itself
+// right after its (K+1)-th committed write; the test checks it died by
+// SIGKILL with exactly K+1 writes on disk, that no acknowledged verb is
+// missing from the persisted intents, restarts the gateway without the
+// fault (the supervisor.start fault armed at run time dies with it), and
+// requires every sandbox to converge to what its persisted intent asks for
+// (running -> Ready with one supervisor, stopped -> Stopped with none,
+// deleted or no record -> gone with none), no Recovering without a retry
+// or an attempt in progress on the way, and the workspace file intact.
 func TestCrashAtEveryStoreWrite(t *testing.T) {
 	begin := time.Now()
 	var base, n int
@@ -49,17 +51,23 @@ func TestCrashAtEveryStoreWrite(t *testing.T) {
 			t.Fatalf("records left after the scenario: %s", describe(recs))
 		}
 		n = txid - base
-		t.Logf("clean scenario: %d store writes", n)
+		t.Logf("clean scenario: %d store writes; recover answered %s before the automatic retry", n, c.recoverLead.Round(time.Millisecond))
 	})
 	if n <= 0 {
 		t.Fatalf("counted %d store writes", n)
 	}
-	var summary []string
-	for k := range n {
-		t.Run(fmt.Sprintf("kill-after-write-%02d", k), func(t *testing.T) {
-			summary = append(summary, crashAt(t, base, k))
-		})
-	}
+	// The crash points are independent worlds, mostly waiting on timers
+	// (a session noticed lost after 3 s, a 5 s cut): they run in parallel,
+	// as many as -parallel allows (GOMAXPROCS by default).
+	summary := make([]string, n)
+	t.Run("kill-after-write", func(t *testing.T) {
+		for k := range n {
+			t.Run(fmt.Sprintf("%02d", k), func(t *testing.T) {
+				t.Parallel()
+				summary[k] = crashAt(t, base, k)
+			})
+		}
+	})
 	t.Logf("%d crash points in %s:\n%s", n, time.Since(begin).Round(time.Millisecond), strings.Join(summary, "\n"))
 }
 
@@ -114,10 +122,24 @@ type crashRun struct {
 	// pending that of a verb whose answer never came.
 	acked, pending map[string]store.Intent
 	precious       bool // the workspace file of sandbox a was written
+	// recoverLead is how long before the automatic retry recover was
+	// answered.
+	recoverLead time.Duration
+}
+
+// crashGateway are the gateway's knobs. The backoff scale puts the first
+// retries 0.6-4 s away: the retry after the injected StartFailed (the
+// third attempt) is >= 2.5 s away, time for recover to come first. The
+// grace lets a cut session reconnect instead of being respawned. The long
+// stable period keeps the attempt count, and so the write count, from
+// depending on how long the scenario takes. --chaos accepts the
+// supervisor.start fault at run time (a restart forgets it).
+func crashGateway() []string {
+	return []string{"--backoff-scale", "4", "--session-grace", "10s", "--stable-after", "10m", "--chaos"}
 }
 
 func newCrashRun(t *testing.T, k int) *crashRun {
-	args := []string{"--backoff-scale", "0.05"}
+	args := crashGateway()
 	if k >= 0 {
 		args = append(args, "--fault", fmt.Sprintf("store.committed=kill:1@%d", k))
 	}
@@ -226,10 +248,26 @@ func (c *crashRun) run(args ...string) verbResult {
 	return r
 }
 
-// crashStatus is `sandbox get -o json` with the next retry.
+// crashStatus is `sandbox get -o json` with the next retry and the times
+// of the transitions.
 type crashStatus struct {
 	status
-	NextRetry string `json:"nextRetry"`
+	NextRetry   string `json:"nextRetry"`
+	Transitions []struct {
+		From, To, Reason, At string
+	} `json:"transitions"`
+}
+
+// lostSessionSince reports whether the history has an Error/SessionLost
+// at or after t.
+func (s crashStatus) lostSessionSince(t time.Time) bool {
+	for _, tr := range s.Transitions {
+		at, err := time.Parse(time.RFC3339Nano, tr.At)
+		if err == nil && tr.To == "Error" && tr.Reason == "SessionLost" && !at.Before(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // get returns the sandbox's status; found is false when it does not
@@ -286,7 +324,27 @@ func (c *crashRun) scenario() []crashStep {
 	gone := func(name string) func() bool {
 		return func() bool { _, found, ok := c.get(name); return ok && !found }
 	}
-	var lost int // the supervisor the SIGKILL step killed
+	// killSupervisor SIGKILLs a's supervisor and keeps its pid in *pid.
+	killSupervisor := func(pid *int) func() verbResult {
+		return func() verbResult {
+			s, found, ok := c.get("a")
+			if !ok {
+				return verbResult{cut: true}
+			}
+			if !found || s.SupervisorPid == 0 {
+				c.t.Fatalf("sandbox a has no supervisor to kill: %+v", s)
+			}
+			*pid = s.SupervisorPid
+			if err := syscall.Kill(*pid, syscall.SIGKILL); err != nil {
+				c.t.Fatalf("kill supervisor %d: %v", *pid, err)
+			}
+			return verbResult{out: fmt.Sprintf("killed %d", *pid)}
+		}
+	}
+	var lost, failed int // the supervisors the SIGKILL steps killed
+	var cutSup int       // the supervisor whose session is cut
+	var cutFrom time.Time
+	var retryAt string // the automatic retry recover must come before
 	return []crashStep{
 		{name: "create a", sandbox: "a", intent: store.IntentRunning,
 			do: verb("create", "a", "--policy", c.w.policy, "--", "/bin/sh", "-c", scenarioScript),
@@ -300,27 +358,56 @@ func (c *crashRun) scenario() []crashStep {
 			}},
 		{name: "stop a", sandbox: "a", intent: store.IntentStopped, do: verb("stop", "a"), settled: phase("a", "Stopped")},
 		{name: "start a", sandbox: "a", intent: store.IntentRunning, do: verb("start", "a"), settled: ready("a", nil)},
-		{name: "SIGKILL a's supervisor", sandbox: "a",
-			do: func() verbResult {
-				s, found, ok := c.get("a")
-				if !ok {
-					return verbResult{cut: true}
-				}
-				if !found || s.SupervisorPid == 0 {
-					c.t.Fatalf("sandbox a has no supervisor to kill: %+v", s)
-				}
-				lost = s.SupervisorPid
-				if err := syscall.Kill(lost, syscall.SIGKILL); err != nil {
-					c.t.Fatalf("kill supervisor %d: %v", lost, err)
-				}
-				return verbResult{out: fmt.Sprintf("killed %d", lost)}
-			},
+		{name: "SIGKILL a's supervisor", sandbox: "a", do: killSupervisor(&lost),
 			settled: ready("a", func(s crashStatus) bool { return s.SupervisorPid != lost })},
 		{name: "create b --no-wait", sandbox: "b", intent: store.IntentRunning,
 			do:      verb("create", "b", "--policy", c.w.policy, "--no-wait", "--", "/bin/sh", "-c", "exec sleep 1000"),
 			settled: ready("b", nil)},
 		{name: "stop --force b", sandbox: "b", intent: store.IntentStopped, do: verb("stop", "b", "--force"), settled: phase("b", "Stopped")},
 		{name: "delete b", sandbox: "b", intent: store.IntentDeleted, do: verb("delete", "b"), settled: gone("b")},
+		// The supervisor says nothing for 5 s; the gateway loses the
+		// session after 3 (Error/SessionLost -> Recovering) and the same
+		// supervisor is back within the grace.
+		{name: "cut a's session", sandbox: "a",
+			do: func() verbResult {
+				s, found, ok := c.get("a")
+				if !ok {
+					return verbResult{cut: true}
+				}
+				if !found || s.SupervisorPid == 0 {
+					c.t.Fatalf("sandbox a has no supervisor session to cut: %+v", s)
+				}
+				cutSup, cutFrom = s.SupervisorPid, time.Now().Truncate(time.Millisecond)
+				return c.run("fault", "a", "session.silence=error:5")
+			},
+			settled: ready("a", func(s crashStatus) bool {
+				if !s.lostSessionSince(cutFrom) {
+					return false
+				}
+				if s.SupervisorPid != cutSup {
+					c.t.Fatalf("after the session cut, supervisor %d replaced %d: respawned, not reconnected within the grace: %+v", s.SupervisorPid, cutSup, s)
+				}
+				return true
+			})},
+		{name: "arm supervisor.start=error:1", do: verb("fault", "--gateway", "supervisor.start=error:1"), settled: func() bool { return true }},
+		{name: "SIGKILL a's sup., StartFailed", sandbox: "a", do: killSupervisor(&failed),
+			settled: func() bool {
+				s, found, _ := c.get("a")
+				if found && s.Phase == "Ready" && s.SupervisorPid != failed {
+					c.t.Fatalf("sandbox a was respawned without a StartFailed before recover: %+v", s)
+				}
+				retryAt = s.NextRetry
+				return found && s.Phase == "Recovering" && s.Reason == "StartFailed" && s.NextRetry != ""
+			}},
+		{name: "recover a", sandbox: "a", intent: store.IntentRunning,
+			do: func() verbResult {
+				r := c.run("recover", "a")
+				if at, err := time.Parse(time.RFC3339Nano, retryAt); err == nil && r.code == 0 {
+					c.recoverLead = time.Until(at)
+				}
+				return r
+			},
+			settled: ready("a", func(s crashStatus) bool { return s.SupervisorPid != failed })},
 		{name: "delete a --keep-workspace", sandbox: "a", intent: store.IntentDeleted, do: verb("delete", "a", "--keep-workspace"), settled: gone("a")},
 	}
 }
