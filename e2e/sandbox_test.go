@@ -104,6 +104,11 @@ func testGatewayRestartReadopts(t *testing.T, w *world) {
 	}
 	w.killGateway()
 	w.startGateway()
+	// The first list after the restart already has both (from the store
+	// until their actors report).
+	if out, errOut, code := w.cli("list", "-o", "json"); code != 0 || !strings.Contains(out, `"steady"`) || !strings.Contains(out, `"late"`) {
+		t.Fatalf("list right after the restart: exit %d %s%s", code, out, errOut)
+	}
 	r := w.waitPhase("steady", "Ready", 30*time.Second, func(s status) bool { return s.RecoveryAttempts >= 0 })
 	if r.WorkloadPid != a.WorkloadPid {
 		t.Fatalf("workload pid %d after gateway restart, want the same %d", r.WorkloadPid, a.WorkloadPid)

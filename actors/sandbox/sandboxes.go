@@ -47,6 +47,9 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 		for _, r := range recs {
 			a.spawn(ctx, r.Spec.Name, nil)
+			// Until the actor reports, list shows what the store says: a
+			// sandbox is never missing from list after a gateway restart.
+			a.status[r.Spec.Name] = recordStatus(r)
 		}
 		a.env.Log.Info().Int("sandboxes", len(recs)).Msg("sandboxes re-adopted")
 	case *messages.CreateRequest:
@@ -94,6 +97,14 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 			a.forget(name, m.Who)
 		}
 	}
+}
+
+// recordStatus is a sandbox's status as its store record has it.
+func recordStatus(r store.Record) *messages.SandboxStatus {
+	s := r.Lifecycle
+	return &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
+		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts), PolicyVersion: r.Spec.PolicyVersion,
+		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID)}
 }
 
 // forget drops a sandbox actor that stopped (or is stopping), unless the
