@@ -10,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Options configure a run.
@@ -32,7 +30,6 @@ type Options struct {
 	// Dir is the run's directory (default a temp dir, removed after a
 	// clean run).
 	Dir string
-	Log zerolog.Logger
 	// Progress gets one line per step (nil: none).
 	Progress io.Writer
 }
@@ -79,7 +76,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 			return nil, fmt.Errorf("chaos: %w", err)
 		}
 	}
-	w, err := newWorld(o.Binary, o.Dir, o.Log)
+	w, err := newWorld(o.Binary, o.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -170,9 +167,7 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		r.violate("no-goroutine-leak", "gateway goroutines unreadable: %v", err)
 	} else {
 		rep.Goroutines = [2]int{baseG, g}
-		r.mu.Lock()
-		r.checked("no-goroutine-leak", 1)
-		r.mu.Unlock()
+		r.check("no-goroutine-leak", 1)
 		if g > limit {
 			r.violate("no-goroutine-leak", "gateway goroutines idle before %d, after %d (lowest in 30 s; limit %d)", baseG, g, limit)
 		}
@@ -246,9 +241,7 @@ func (r *runner) monitor(ctx context.Context) {
 			for _, st := range l {
 				seen[st.Name] = st.Phase + " " + st.Reason
 			}
-			r.mu.Lock()
-			r.checked("no-sandbox-lost", len(r.names))
-			r.mu.Unlock()
+			r.check("no-sandbox-lost", len(r.names))
 			for _, n := range r.names {
 				ph, ok := seen[n]
 				if !ok {
@@ -258,9 +251,7 @@ func (r *runner) monitor(ctx context.Context) {
 				if !r.quiet[n] {
 					continue
 				}
-				r.mu.Lock()
-				r.checked("quiet-stay-ready", 1)
-				r.mu.Unlock()
+				r.check("quiet-stay-ready", 1)
 				if ph != "Ready " && !r.excused(n, t.Add(-time.Second), time.Now()) {
 					r.violate("quiet-stay-ready", "%s (only connection-level faults) was %s at %s", n, ph, t.Format(time.TimeOnly))
 				}
@@ -287,9 +278,7 @@ func (r *runner) shutdown(ctx context.Context) {
 		if res := r.w.cli(ctx, 60*time.Second, "delete", n); res.code != 0 {
 			r.violate("clean-shutdown", "delete %s: exit %d: %s", n, res.code, clip(res.err))
 		}
-		r.mu.Lock()
-		r.checked("clean-shutdown", 1)
-		r.mu.Unlock()
+		r.check("clean-shutdown", 1)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -309,9 +298,7 @@ func (r *runner) shutdown(ctx context.Context) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	r.mu.Lock()
-	r.checked("no-orphans", made)
-	r.mu.Unlock()
+	r.check("no-orphans", made)
 	for _, x := range left {
 		r.violate("no-orphans", "%s", x)
 	}

@@ -31,9 +31,7 @@ func (r *runner) checkWorkspaces() {
 			r.violate("workspace-intact", "%s: acknowledged file %s has other content (%d bytes)", f.sandbox, f.path, len(b))
 		}
 	}
-	r.mu.Lock()
-	r.checked("workspace-intact", len(files))
-	r.mu.Unlock()
+	r.check("workspace-intact", len(files))
 }
 
 // checkAudit: every denial a client saw has an audit event in its
@@ -62,9 +60,7 @@ func (r *runner) checkAudit() {
 			}
 		}
 	}
-	r.mu.Lock()
-	r.checked("denials-audited", total)
-	r.mu.Unlock()
+	r.check("denials-audited", total)
 }
 
 // auditDenials counts denial events per "host|reason" in a sandbox's audit
@@ -131,9 +127,7 @@ func (r *runner) checkQuiet(ctx context.Context) {
 			}
 		}
 	}
-	r.mu.Lock()
-	r.checked("quiet-stay-ready", n)
-	r.mu.Unlock()
+	r.check("quiet-stay-ready", n)
 }
 
 // checkPolicies: every sandbox runs the last policy version set on it.
@@ -146,8 +140,8 @@ func (r *runner) checkPolicies(ctx context.Context) {
 		}
 		r.mu.Lock()
 		want := uint64(r.policyRev[name] + 1)
-		r.checked("policy-kept", 1)
 		r.mu.Unlock()
+		r.check("policy-kept", 1)
 		if st.PolicyVersion != want {
 			r.violate("policy-kept", "%s: policy version %d, want %d after %d reloads", name, st.PolicyVersion, want, want-1)
 		}

@@ -37,8 +37,12 @@ type runner struct {
 	malformed [2]int              // malformed proxy requests sent, answered 4xx
 }
 
-// checked records how many items an invariant looked at (r.mu held).
-func (r *runner) checked(inv string, n int) { r.checks[inv] += n }
+// check records how many items an invariant looked at.
+func (r *runner) check(inv string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks[inv] += n
+}
 
 type kindStats struct {
 	steps    int
@@ -192,9 +196,7 @@ func (r *runner) proxyBurst(ctx context.Context, s Step, name string) error {
 		for _, line := range strings.Split(res.out, "\n") {
 			if rest, ok := strings.CutPrefix(line, "B "); ok {
 				host, body, _ := strings.Cut(rest, " ")
-				r.mu.Lock()
-				r.checked("denials-clean", 1)
-				r.mu.Unlock()
+				r.check("denials-clean", 1)
 				if why, ok := denial403(body); ok {
 					r.l.denial(name, host+"|"+why)
 				} else if host != "api.test" || !strings.HasPrefix(body, "upstream says hi") {
@@ -299,9 +301,7 @@ func (r *runner) probe(ctx context.Context, name, what string) time.Duration {
 	start := time.Now()
 	res := r.w.exec(ctx, name, script)
 	took := time.Since(start)
-	r.mu.Lock()
-	r.checked("next-works", 1)
-	r.mu.Unlock()
+	r.check("next-works", 1)
 	if res.code == 0 && strings.TrimSpace(res.out) == want {
 		return took
 	}
@@ -516,9 +516,7 @@ func (r *runner) waitRecovered(ctx context.Context, name string, since time.Time
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		st, err := r.w.get(ctx, name)
 		if err == nil && st.Phase == "Ready" && (!expectLoss || lostSince(st, since)) {
-			r.mu.Lock()
-			r.checked("recovered", 1)
-			r.mu.Unlock()
+			r.check("recovered", 1)
 			return time.Since(since)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -554,9 +552,7 @@ func (r *runner) waitAllReady(ctx context.Context, since time.Time, inv string) 
 				}
 			}
 			if ready == len(r.names) && len(l) == len(r.names) {
-				r.mu.Lock()
-				r.checked(inv, 1)
-				r.mu.Unlock()
+				r.check(inv, 1)
 				return time.Since(since)
 			}
 		} else {

@@ -33,7 +33,6 @@ type world struct {
 	bin, dir, state, hosts, policy string
 	webPort                        int
 	web                            *http.Server
-	log                            zerolog.Logger
 	gwFlags                        []string
 
 	mu      sync.Mutex
@@ -53,8 +52,8 @@ type world struct {
 
 type window struct{ from, to time.Time }
 
-func newWorld(bin, dir string, log zerolog.Logger) (*world, error) {
-	w := &world{bin: bin, dir: dir, state: filepath.Join(dir, "state"), log: log}
+func newWorld(bin, dir string) (*world, error) {
+	w := &world{bin: bin, dir: dir, state: filepath.Join(dir, "state")}
 	// The state dir is readable by the gateway's user (root or not).
 	if err := os.MkdirAll(w.state, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)

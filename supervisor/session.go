@@ -94,16 +94,10 @@ func (s *session) Receive(ctx actor.Context) {
 			s.sendExit(ctx)
 		}
 	case *messages.FaultRequest:
-		p, r, err := fault.ParseRule(m.Rule)
+		fired, err := s.faults.Apply(m.Rule)
 		if err != nil {
 			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
 			return
-		}
-		fired := s.faults.Fired(p)
-		if r.Kind == fault.KindNone {
-			s.faults.Disarm(p)
-		} else {
-			s.faults.Arm(p, r)
 		}
 		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule, Fired: int64(fired)})

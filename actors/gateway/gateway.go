@@ -240,15 +240,9 @@ func (a *apiActor) armFault(rule string) *messages.Reply {
 	if a.faults == nil {
 		return &messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: "this gateway runs without a fault seam (start it with --fault or --chaos)"}
 	}
-	p, r, err := fault.ParseRule(rule)
+	fired, err := a.faults.Apply(rule)
 	if err != nil {
 		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()}
-	}
-	fired := a.faults.Fired(p)
-	if r.Kind == fault.KindNone {
-		a.faults.Disarm(p)
-	} else {
-		a.faults.Arm(p, r)
 	}
 	a.log.Warn().Str("rule", rule).Int("fired_before", fired).Msg("gateway fault armed by request")
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway", Fired: int64(fired)}

@@ -31,16 +31,8 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 			Message: fmt.Sprintf("sandbox %s is Deleting: policy set works in every other phase", a.name)})
 		return
 	}
-	file := m.File
-	if file == "" {
-		file = "policy.yaml"
-	}
-	if _, err := policy.Parse(file, m.Policy); err != nil {
-		var list policy.ErrorList
-		if errors.As(err, &list) {
-			err = list
-		}
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("invalid policy:\n%v", err)})
+	if err := checkPolicy(m.File, m.Policy); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
 		return
 	}
 	spec := &a.rec.Spec
@@ -78,6 +70,23 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 				Message: fmt.Sprintf("sandbox %s: policy version %d saved; the supervisor did not confirm (%v): it gets it when its session is back", a.name, v, err)})
 		}
 	})
+}
+
+// checkPolicy validates a policy file's content (file names it in the
+// positions; default policy.yaml); the error lists every problem with its
+// line:col.
+func checkPolicy(file string, data []byte) error {
+	if file == "" {
+		file = "policy.yaml"
+	}
+	if _, err := policy.Parse(file, data); err != nil {
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			return fmt.Errorf("invalid policy:\n%v", list)
+		}
+		return fmt.Errorf("invalid policy: %w", err)
+	}
+	return nil
 }
 
 func (a *sandboxActor) setPolicy() *messages.SetPolicy {

@@ -308,9 +308,9 @@ func (a *sandboxActor) carryOut(ctx actor.Context, t lifecycle.Transition) {
 			a.cancel()
 		}
 		a.cancel = a.timers.SendOnce(time.Until(t.Timer.At), ctx.Self(), &timerFired{seq: t.Timer.Seq})
-	case a.cancel != nil && len(t.Records) > 0 && settled(t.Records[len(t.Records)-1].To):
-		// Settled in a phase that waits for nothing: an older timer (a
-		// start timeout, a stable period) can only fire stale; cancel it.
+	case a.cancel != nil && !a.m.TimerPending():
+		// The machine voided its timer (a phase change): cancel ours, so
+		// no stale fire reaches the machine (and the store).
 		a.cancel()
 		a.cancel = nil
 	}
@@ -537,17 +537,10 @@ func (a *sandboxActor) dropSession(ctx actor.Context) {
 }
 
 func (a *sandboxActor) status() *messages.SandboxStatus {
-	s := a.m.Snapshot()
-	st := &messages.SandboxStatus{
-		Name: a.name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
-		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts),
-		PolicyVersion: a.rec.Spec.PolicyVersion, Workspace: a.env.Workspace(a.name),
-		SupervisorPid: int32(a.rec.SupervisorPID), WorkloadPid: int32(a.rec.WorkloadPID),
-		Restarts: map[string]int64{},
-	}
-	if !s.NextRetry.IsZero() {
-		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
-	}
+	rec := a.rec
+	rec.Lifecycle = a.m.Snapshot()
+	st := recordStatus(rec)
+	st.Workspace, st.Restarts = a.env.Workspace(a.name), map[string]int64{}
 	for k, v := range a.hbRestarts {
 		st.Restarts[k] = v
 	}
@@ -556,9 +549,6 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	st.Restarts["sandbox"] = a.env.Counters.Get(a.name, actor.RestartDirective)
 	for _, kind := range []string{"session", "relay"} {
 		st.Restarts[kind] = a.children.Get(kind, actor.RestartDirective) + a.children.Get(kind, actor.StopDirective)
-	}
-	for _, r := range s.Transitions {
-		st.Transitions = append(st.Transitions, &messages.Transition{From: r.From.String(), To: r.To.String(), Reason: reasonText(r.Reason), AtUnixMs: r.At.UnixMilli()})
 	}
 	return st
 }
@@ -589,16 +579,6 @@ func lastLine(path string) string {
 		last = last[:400]
 	}
 	return last
-}
-
-// settled phases wait for no timer of the machine's (unless the
-// transition into them arms one).
-func settled(p lifecycle.Phase) bool {
-	switch p {
-	case lifecycle.PhaseReady, lifecycle.PhaseStopped, lifecycle.PhaseCompleted, lifecycle.PhaseError:
-		return true
-	}
-	return false
 }
 
 // reasonText is "" for no reason (the JSON of `sandbox get`).

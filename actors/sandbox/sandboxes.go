@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/messages"
-	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -99,12 +97,20 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 	}
 }
 
-// recordStatus is a sandbox's status as its store record has it.
+// recordStatus is a sandbox's status as its record has it (the sandbox
+// actor adds what only it knows: workspace path, restart counters).
 func recordStatus(r store.Record) *messages.SandboxStatus {
 	s := r.Lifecycle
-	return &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
+	st := &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
 		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts), PolicyVersion: r.Spec.PolicyVersion,
 		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID)}
+	if !s.NextRetry.IsZero() {
+		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
+	}
+	for _, t := range s.Transitions {
+		st.Transitions = append(st.Transitions, &messages.Transition{From: t.From.String(), To: t.To.String(), Reason: reasonText(t.Reason), AtUnixMs: t.At.UnixMilli()})
+	}
+	return st
 }
 
 // forget drops a sandbox actor that stopped (or is stopping), unless the
@@ -144,17 +150,8 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 			Message: fmt.Sprintf("sandbox %s already exists (phase %s): delete it first, or pick another name", m.Name, phase)})
 		return
 	}
-	file := m.PolicyFile
-	if file == "" {
-		file = "policy.yaml"
-	}
-	if _, err := policy.Parse(file, m.Policy); err != nil {
-		var list policy.ErrorList
-		if errors.As(err, &list) {
-			invalid("invalid policy:\n%v", list)
-			return
-		}
-		invalid("invalid policy: %v", err)
+	if err := checkPolicy(m.PolicyFile, m.Policy); err != nil {
+		invalid("%v", err)
 		return
 	}
 	restart, err := lifecycle.ParseRestartPolicy(m.Restart)

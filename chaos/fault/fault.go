@@ -128,6 +128,24 @@ func (s *Set) Arm(p Point, r Rule) {
 	s.rules[p] = &rc
 }
 
+// Apply parses a rule (ParseRule's syntax) and arms it, or disarms its
+// point for KIND off. It returns how often the point fired before.
+func (s *Set) Apply(rule string) (fired int, err error) {
+	p, r, err := ParseRule(rule)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fired = s.fired[p]
+	if r.Kind == KindNone {
+		delete(s.rules, p)
+	} else {
+		s.rules[p] = &r
+	}
+	return fired, nil
+}
+
 // Disarm removes the rule for a point.
 func (s *Set) Disarm(p Point) {
 	s.mu.Lock()

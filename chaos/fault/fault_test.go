@@ -94,3 +94,22 @@ func TestKillKillsTheProcess(t *testing.T) {
 		t.Fatalf("child output %q", got)
 	}
 }
+
+// TestApply: a rule string arms, off disarms, and the fired count before
+// the call comes back; a bad rule changes nothing.
+func TestApply(t *testing.T) {
+	s := NewSet()
+	if _, err := s.Apply("dns.query=error:2"); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Inject(DNSQuery)
+	if fired, err := s.Apply("dns.query=off"); err != nil || fired != 1 {
+		t.Fatalf("off: fired %d, %v", fired, err)
+	}
+	if err := s.Inject(DNSQuery); err != nil {
+		t.Fatalf("disarmed point fired: %v", err)
+	}
+	if _, err := s.Apply("dns.query=boom"); err == nil {
+		t.Fatal("bad rule accepted")
+	}
+}

@@ -108,12 +108,10 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 
 	inj := fault.NewSet()
 	for _, s := range o.faults {
-		p, r, err := fault.ParseRule(s)
-		if err != nil {
+		if _, err := inj.Apply(s); err != nil {
 			return &exitError{exitUsage, err}
 		}
-		inj.Arm(p, r)
-		log.Warn().Str("point", string(p)).Str("kind", r.Kind.String()).Msg("fault injection armed")
+		log.Warn().Str("rule", s).Msg("fault injection armed")
 	}
 
 	engine := policy.NewEngine(policy.WithFaults(inj), policy.WithLogger(log))

@@ -44,7 +44,7 @@ Exit status: 0 all invariants held; 1 an invariant broke or the run failed.`,
 			if err != nil {
 				return &exitError{exitFailure, fmt.Errorf("chaos: find the stockade binary: %w", err)}
 			}
-			o.Binary, o.Log, o.Progress = bin, newLogger(cmd), cmd.ErrOrStderr()
+			o.Binary, o.Progress = bin, cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			rep, err := chaos.Run(ctx, o)

@@ -34,11 +34,9 @@ running when the gateway stops; the next gateway re-adopts them.`,
 				cfg.Faults = fault.NewSet()
 			}
 			for _, r := range faultRules {
-				p, rule, err := fault.ParseRule(r)
-				if err != nil {
+				if _, err := cfg.Faults.Apply(r); err != nil {
 					return &exitError{exitUsage, err}
 				}
-				cfg.Faults.Arm(p, rule)
 				cfg.Log.Warn().Str("rule", r).Msg("gateway fault armed")
 			}
 			cfg.Counters = supervise.NewCounters()

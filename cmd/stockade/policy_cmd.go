@@ -49,12 +49,14 @@ next start. A supervisor that misses the push gets it when it reconnects.`,
 	}
 	co := clientFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if _, err := loadPolicyFile(cmd, args[1]); err != nil {
+		// Checked here for file:line:col errors without a round trip; the
+		// gateway checks again (it trusts no client).
+		data, err := readPolicyFile(args[1])
+		if err != nil {
 			return err
 		}
-		data, err := os.ReadFile(args[1])
-		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
+		if _, err := policy.Parse(args[1], data); err != nil {
+			return policyError(cmd, args[1], err)
 		}
 		reply, err := co.call(cmd, func(tok string) proto.Message {
 			return &messages.PolicyRequest{Token: tok, Name: args[0], Policy: data, File: filepath.Base(args[1])}
@@ -93,22 +95,36 @@ func newPolicyGetCmd() *cobra.Command {
 // loadPolicyFile loads FILE into a fresh engine. An invalid policy prints
 // every error to stderr, one per line, and exits 2.
 func loadPolicyFile(cmd *cobra.Command, file string) (*policy.Engine, error) {
+	data, err := readPolicyFile(file)
+	if err != nil {
+		return nil, err
+	}
+	e := policy.NewEngine()
+	if _, err := e.Load(file, data); err != nil {
+		return nil, policyError(cmd, file, err)
+	}
+	return e, nil
+}
+
+func readPolicyFile(file string) ([]byte, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("read policy: %w", err)}
 	}
-	e := policy.NewEngine()
-	if _, err := e.Load(file, data); err != nil {
-		var list policy.ErrorList
-		if !errors.As(err, &list) {
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		for _, pe := range list {
-			fmt.Fprintln(cmd.ErrOrStderr(), pe.Error())
-		}
-		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: invalid policy (%d errors)", file, len(list))}
+	return data, nil
+}
+
+// policyError prints every error of an invalid policy to stderr, one per
+// line as file:line:col: message, and returns exit 2.
+func policyError(cmd *cobra.Command, file string, err error) error {
+	var list policy.ErrorList
+	if !errors.As(err, &list) {
+		return &exitError{code: exitUsage, err: err}
 	}
-	return e, nil
+	for _, pe := range list {
+		fmt.Fprintln(cmd.ErrOrStderr(), pe.Error())
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("%s: invalid policy (%d errors)", file, len(list))}
 }
 
 func newPolicyCheckCmd() *cobra.Command {

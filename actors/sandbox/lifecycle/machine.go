@@ -293,6 +293,10 @@ func (m *Machine) step(f func() error) (Transition, error) {
 	return t, nil
 }
 
+// TimerPending reports whether the machine waits for a timer; when it does
+// not, a timer the actor still has armed can only fire stale.
+func (m *Machine) TimerPending() bool { return m.timer.Kind != TimerNone }
+
 // move changes phase, records it and voids the current timer. A move the
 // phase's type does not list is a bug in this package and fails the step.
 func (m *Machine) move(to Phase, r Reason, msg string) error {

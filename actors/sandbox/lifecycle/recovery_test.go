@@ -293,3 +293,21 @@ func TestBackoffScale(t *testing.T) {
 	}
 	t.Logf("scaled delays: %v", delays)
 }
+
+// TestTimerPending: the start timer is pending while Provisioning and
+// voided by the move to Ready; a recovery's retry is pending again.
+func TestTimerPending(t *testing.T) {
+	m, c := newTestMachine(Config{})
+	drive(t, m, c, VerbCreate)
+	if !m.TimerPending() {
+		t.Fatal("Provisioning: no start timer pending")
+	}
+	drive(t, m, c, SessionUp{})
+	if m.TimerPending() {
+		t.Fatal("Ready after create: a timer is still pending")
+	}
+	drive(t, m, c, SupervisorLost{Detail: "killed"})
+	if !m.TimerPending() {
+		t.Fatal("Recovering: no retry pending")
+	}
+}
