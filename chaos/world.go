@@ -42,7 +42,6 @@ type world struct {
 	gw      *exec.Cmd
 	gwDone  chan struct{}
 	cl      *client.Client
-	token   string
 	gwLog   *os.File
 	// down is set while the gateway is known to be down (killed, not yet
 	// restarted): failures then are expected.
@@ -154,18 +153,19 @@ func (w *world) startGateway(ctx context.Context) error {
 		// across restarts, and starting a second protoactor remote in one
 		// process races on grpc's global logger.
 		w.mu.Lock()
-		cl, tok := w.cl, w.token
+		cl := w.cl
 		w.mu.Unlock()
 		if cl == nil {
-			if tok, err = client.LoadToken(w.state); err != nil {
+			cfg, err := client.ReadConfig(filepath.Join(w.state, client.ConfigFile))
+			if err != nil {
 				return fmt.Errorf("chaos: %w", err)
 			}
-			if cl, err = client.Dial(a.api, tok, zerolog.Nop()); err != nil {
+			if cl, err = client.Dial(a.api, cfg, zerolog.Nop()); err != nil {
 				return fmt.Errorf("chaos: dial gateway: %w", err)
 			}
 		}
 		w.mu.Lock()
-		w.addr, w.relay, w.metrics, w.gw, w.gwDone, w.cl, w.token = a.api, a.relay, a.metrics, cmd, done, cl, tok
+		w.addr, w.relay, w.metrics, w.gw, w.gwDone, w.cl = a.api, a.relay, a.metrics, cmd, done, cl
 		if !w.downSince.IsZero() {
 			w.downs = append(w.downs, window{w.downSince, time.Now()})
 			w.downSince = time.Time{}
@@ -227,22 +227,20 @@ func (w *world) downDuring(from, to time.Time) bool {
 }
 
 // request sends one API request on the current client.
-func (w *world) request(ctx context.Context, build func(tok string) proto.Message) (*messages.Reply, error) {
+func (w *world) request(ctx context.Context, msg proto.Message) (*messages.Reply, error) {
 	w.mu.Lock()
-	cl, tok := w.cl, w.token
+	cl := w.cl
 	w.mu.Unlock()
 	if cl == nil {
 		return nil, errors.New("gateway down")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return cl.Request(ctx, build(tok))
+	return cl.Request(ctx, msg)
 }
 
 func (w *world) get(ctx context.Context, name string) (*messages.SandboxStatus, error) {
-	r, err := w.request(ctx, func(tok string) proto.Message {
-		return &messages.SandboxRequest{Token: tok, Name: name, Verb: messages.Verb_VERB_GET}
-	})
+	r, err := w.request(ctx, &messages.SandboxRequest{Name: name, Verb: messages.Verb_VERB_GET})
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +251,7 @@ func (w *world) get(ctx context.Context, name string) (*messages.SandboxStatus, 
 }
 
 func (w *world) list(ctx context.Context) ([]*messages.SandboxStatus, error) {
-	r, err := w.request(ctx, func(tok string) proto.Message { return &messages.ListRequest{Token: tok} })
+	r, err := w.request(ctx, &messages.ListRequest{})
 	if err != nil {
 		return nil, err
 	}
@@ -266,9 +264,7 @@ func (w *world) list(ctx context.Context) ([]*messages.SandboxStatus, error) {
 // fault arms a rule in a sandbox's supervisor ("" name: the gateway) and
 // returns how often its point fired before.
 func (w *world) fault(ctx context.Context, name, rule string) (int, error) {
-	r, err := w.request(ctx, func(tok string) proto.Message {
-		return &messages.FaultRequest{Token: tok, Name: name, Rule: rule}
-	})
+	r, err := w.request(ctx, &messages.FaultRequest{Name: name, Rule: rule})
 	if err != nil {
 		return 0, err
 	}

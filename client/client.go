@@ -1,12 +1,16 @@
-// Package client owns how a stockade client reaches a gateway: a remote
-// actor system of its own on 127.0.0.1:0 (protoactor remote has no
-// client-only mode), the client token, requests with a deadline, and the
-// mapping of reply statuses to the CLI's exit codes. Messages are the
-// protobufs of package messages.
+// Package client owns how a stockade client reaches a gateway: its
+// configuration (gateways, CA, client certificate and key; config.go), a
+// remote actor system of its own over mutual TLS (protoactor remote has no
+// client-only mode: the gateway's replies come back to an endpoint the
+// client listens on, on the address it uses to reach the gateway),
+// requests with a deadline, and the mapping of reply statuses to the CLI's
+// exit codes. Messages are the protobufs of package messages.
 package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -19,23 +23,27 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // DefaultGateway is the gateway's API address on the embedded default.
 const DefaultGateway = "127.0.0.1:7420"
 
-// TokenFile is the client token's file name inside the state dir.
-const TokenFile = "client.token"
-
-// APIActor is the gateway's API actor id.
-const APIActor = "api"
-
 // ErrUnreachable wraps every failure to reach the gateway (exit code 5).
 var ErrUnreachable = errors.New("gateway unreachable")
+
+// ErrRefused wraps a gateway's refusal of this client's certificate, or a
+// gateway whose certificate this configuration's CA did not sign (exit 5).
+var ErrRefused = errors.New("not authenticated")
 
 // DefaultStateDir is $XDG_STATE_HOME/stockade, else ~/.local/state/stockade.
 func DefaultStateDir() string {
@@ -49,60 +57,105 @@ func DefaultStateDir() string {
 	return filepath.Join(home, ".local", "state", "stockade")
 }
 
-// LoadToken returns STOCKADE_TOKEN, else the token file of stateDir.
-func LoadToken(stateDir string) (string, error) {
-	if t := os.Getenv("STOCKADE_TOKEN"); t != "" {
-		return t, nil
-	}
-	p := filepath.Join(stateDir, TokenFile)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return "", fmt.Errorf("read client token %s: %w (set STOCKADE_TOKEN or --state-dir to the gateway's)", p, err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // Client is a connection to one gateway.
 type Client struct {
 	sys     *actor.ActorSystem
 	rem     *remote.Remote
 	api     *actor.PID
 	addr    string
-	token   string
 	timeout time.Duration
+	tls     tlsCert
 }
 
-// Dial checks the gateway answers on addr and starts the client's own
-// remote endpoint on 127.0.0.1:0.
-func Dial(addr, token string, log zerolog.Logger) (*Client, error) {
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (is `stockade gateway run` running? set --gateway or STOCKADE_GATEWAY)", ErrUnreachable, addr, err)
+type tlsCert struct {
+	kp   tls.Certificate
+	pool *x509.CertPool
+}
+
+// Reach returns the first of addrs that accepts a TCP connection; the
+// error (wrapping ErrUnreachable) names every address tried.
+func Reach(addrs []string) (string, error) {
+	var errs []string
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 3*time.Second)
+		if err == nil {
+			_ = c.Close()
+			return a, nil
+		}
+		errs = append(errs, err.Error())
 	}
-	_ = c.Close()
+	return "", fmt.Errorf("%w: no gateway answers (%s): is `stockade gateway run` running? set --gateway or STOCKADE_GATEWAY", ErrUnreachable, strings.Join(errs, "; "))
+}
+
+// Dial connects to the gateway at addr with cfg's credentials: it checks
+// that the gateway accepts this client's certificate (and that the
+// gateway's own certificate is from cfg's CA), then starts the client's own
+// endpoint on the local address that reaches addr.
+func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
+	cred, err := cfg.credentials()
+	if err != nil {
+		return nil, err
+	}
+	ver := &trust.Verifier{CAs: cred.pool, Accept: trust.AcceptRoles(trust.RoleGateway)}
+	if err := probe(addr, cred.kp, ver); err != nil {
+		return nil, err
+	}
+	host, err := transport.LocalIPFor(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
 	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
-	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
-	if err := StartRemote(rem); err != nil {
+	rem, err := transport.Start(sys, transport.Config{Host: host, Cert: cred.kp, Verifier: ver,
+		Rules: transport.ClientRules(), Log: log})
+	if err != nil {
 		sys.Shutdown()
 		return nil, err
 	}
-	return &Client{sys: sys, rem: rem, api: actor.NewPID(addr, APIActor), addr: addr, token: token, timeout: 30 * time.Second}, nil
+	return &Client{sys: sys, rem: rem, api: actor.NewPID(addr, transport.APIActor), addr: addr, timeout: 30 * time.Second, tls: cred}, nil
 }
 
-// StartRemote starts a remote endpoint, turning protoactor's panic on a
-// failed listen into an error.
-func StartRemote(rem *remote.Remote) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("start remote endpoint: %v", r)
-		}
-	}()
-	rem.Start()
-	return nil
+// probe makes one TLS connection and one call of a method no endpoint
+// serves (gRPC answers Unimplemented once the handshake passed): a refused
+// certificate shows here at once, with its cause, instead of as a request
+// that never gets an answer.
+func probe(addr string, kp tls.Certificate, ver *trust.Verifier) error {
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(kp, ver))))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = conn.Invoke(ctx, probeMethod, &messages.ListRequest{}, &messages.Reply{})
+	switch c := status.Code(err); {
+	case c == codes.Unimplemented:
+		return nil
+	case strings.Contains(err.Error(), "tls peer refused"):
+		return fmt.Errorf("%w: the gateway at %s is not one of this configuration's CA (%v): check --config and --gateway", ErrRefused, addr, err)
+	case strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls"):
+		return fmt.Errorf("%w: the gateway at %s refused this client's certificate (revoked, expired, or from another gateway's CA): %v; ask its operator for a new one (stockade client issue NAME --out FILE)", ErrRefused, addr, err)
+	default:
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
 }
 
-// Token returns the token sent with each request.
-func (c *Client) Token() string { return c.token }
+// probeMethod is served by no endpoint.
+const probeMethod = "/stockade.v1.Probe/Handshake"
+
+// Addr returns the gateway's address.
+func (c *Client) Addr() string { return c.addr }
+
+// DialRelay opens a TLS connection to the gateway's relay listener with
+// this client's certificate.
+func (c *Client) DialRelay(addr string) (net.Conn, error) {
+	ver := &trust.Verifier{CAs: c.tls.pool, Accept: trust.AcceptRoles(trust.RoleGateway)}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: trust.ClientConfig(c.tls.kp, ver)}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("relay %s: %w", addr, err)
+	}
+	return conn, nil
+}
 
 // Request sends msg to the API actor and waits for its Reply.
 func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Reply, error) {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -9,12 +10,26 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
+
+func keyPair(t *testing.T, ca *trust.CA, id trust.Identity) tls.Certificate {
+	t.Helper()
+	certPEM, keyPEM, _, err := ca.IssueKeyPair(id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := trust.KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
 
 // TestRequestFailsWhenTheGatewayGoes: a request pending at a gateway that
 // goes away fails as unreachable at once, not after its timeout.
@@ -25,9 +40,16 @@ func TestRequestFailsWhenTheGatewayGoes(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
+	ca, _, err := trust.LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := keyPair(t, ca, trust.Identity{Role: trust.RoleGateway, Name: "test"})
+	pool, _ := trust.Pool(ca.CertPEM)
 	sys := actor.NewActorSystem(logx.ActorSystemOption(zerolog.Nop()))
-	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", port))
-	if err := StartRemote(rem); err != nil {
+	rem, err := transport.Start(sys, transport.Config{Host: "127.0.0.1", Port: port, Cert: node,
+		Verifier: &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(trust.RoleClient)}, Rules: transport.GatewayRules(), Log: zerolog.Nop()})
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan struct{}, 1)
@@ -36,11 +58,15 @@ func TestRequestFailsWhenTheGatewayGoes(t *testing.T) {
 		if _, ok := c.Message().(*messages.ListRequest); ok {
 			got <- struct{}{}
 		}
-	}), APIActor); err != nil {
+	}), transport.APIActor); err != nil {
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	c, err := Dial(addr, "tok", zerolog.Nop())
+	certPEM, keyPEM, _, err := ca.IssueKeyPair(trust.Identity{Role: trust.RoleClient, Name: "alice"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(addr, &Config{Name: "alice", CA: string(ca.CertPEM), Cert: string(certPEM), Key: string(keyPEM)}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +74,7 @@ func TestRequestFailsWhenTheGatewayGoes(t *testing.T) {
 	errc := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := c.Request(context.Background(), &messages.ListRequest{Token: "tok"})
+		_, err := c.Request(context.Background(), &messages.ListRequest{})
 		errc <- err
 	}()
 	select {

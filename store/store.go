@@ -32,6 +32,9 @@ var ErrNotFound = errors.New("no such sandbox")
 
 func sandboxesBucket() []byte { return []byte("sandboxes") }
 
+// clientsBucket holds the certificates issued to clients, by serial.
+func clientsBucket() []byte { return []byte("clients") }
+
 // LockedError says another process (normally another gateway) holds the
 // state file's lock. PID is 0 when it could not be found in /proc/locks.
 type LockedError struct {
@@ -92,7 +95,10 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{db: db, path: path, faults: o.faults}
 	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(sandboxesBucket())
+		if _, err := tx.CreateBucketIfNotExists(sandboxesBucket()); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(clientsBucket())
 		return err
 	})
 	if err == nil && os.IsNotExist(statErr) {

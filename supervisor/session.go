@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // Local messages of the session actor.
@@ -34,7 +37,9 @@ type (
 // session is the supervisor's end of the gateway session.
 type session struct {
 	log       zerolog.Logger
-	api       *actor.PID // the gateway's API actor
+	api       *actor.PID // the gateway's hello actor
+	chaos     bool       // FaultRequests are taken (the gateway runs --chaos)
+	relayTLS  *tls.Config
 	hello     *messages.Hello
 	gw        *actor.PID // the gateway's session actor, once accepted
 	seq       uint64
@@ -94,6 +99,13 @@ func (s *session) Receive(ctx actor.Context) {
 			s.sendExit(ctx)
 		}
 	case *messages.FaultRequest:
+		if !s.fromGateway(ctx) {
+			return
+		}
+		if !s.chaos {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: "faults are off: the gateway runs without --chaos"})
+			return
+		}
 		fired, err := s.faults.Apply(m.Rule)
 		if err != nil {
 			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
@@ -102,6 +114,9 @@ func (s *session) Receive(ctx actor.Context) {
 		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule, Fired: int64(fired)})
 	case *messages.SetPolicy:
+		if !s.fromGateway(ctx) {
+			return
+		}
 		v, err := s.policy.LoadVersion("policy.yaml", m.Policy, m.Version)
 		switch {
 		case err != nil && s.policy.Version() >= m.Version:
@@ -124,7 +139,9 @@ func (s *session) Receive(ctx actor.Context) {
 			ctx.Send(s.gw, &messages.BoundaryFailed{Sandbox: s.hello.Sandbox, Instance: s.hello.Instance, Detail: m.detail})
 		}
 	case *messages.OpenRelay:
-		go s.serveRelay(m)
+		if s.fromGateway(ctx) {
+			go s.serveRelay(m)
+		}
 	case *exitAcked:
 		if s.exit != nil {
 			s.exit = nil
@@ -211,7 +228,8 @@ func (s *session) serveRelay(m *messages.OpenRelay) {
 		s.log.Error().Msg("relay requested but this supervisor has no SSH server")
 		return
 	}
-	c, err := net.DialTimeout("tcp", m.Addr, 5*time.Second)
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: s.relayTLS}
+	c, err := d.Dial("tcp", m.Addr)
 	if err != nil {
 		s.log.Warn().Err(err).Str("relay", m.Addr).Msg("relay dial-back failed")
 		return
@@ -224,4 +242,17 @@ func (s *session) serveRelay(m *messages.OpenRelay) {
 	if err := s.relays.ServeConn(s.ctx, c); err != nil {
 		s.log.Debug().Err(err).Msg("relay stream ended")
 	}
+}
+
+// fromGateway: the session takes commands only from a gateway node (the
+// transport admits no one else; checked again here).
+func (s *session) fromGateway(ctx actor.Context) bool {
+	id, ok := transport.Caller(ctx, trust.RoleGateway, "")
+	if !ok {
+		s.log.Warn().Str("peer", id.String()).Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("command refused: not from the gateway")
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "commands are taken from the gateway only"})
+		}
+	}
+	return ok
 }

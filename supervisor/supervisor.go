@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 	"golang.org/x/crypto/ssh"
@@ -25,13 +24,14 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
-	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/supervisor/sshd"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 var errUnexpected = errors.New("unexpected reply type")
@@ -116,11 +116,26 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	defer srv.Close()
 
-	// The session: a remote endpoint of our own (protoactor has no
-	// client-only mode) and a session actor saying Hello to the gateway.
+	// The session: a remote endpoint of our own over mTLS (protoactor has
+	// no client-only mode: it listens where the gateway can reach it, and
+	// takes messages from gateway nodes only) and a session actor saying
+	// Hello to the gateway.
+	kp, err := trust.KeyPair([]byte(sp.Credentials.Cert), []byte(sp.Credentials.Key))
+	if err != nil {
+		return fmt.Errorf("supervisor: certificate: %w", err)
+	}
+	pool, err := trust.Pool([]byte(sp.Credentials.CA))
+	if err != nil {
+		return fmt.Errorf("supervisor: CA: %w", err)
+	}
+	ver := &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(trust.RoleGateway)}
+	host, err := transport.LocalIPFor(sp.Gateway)
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
 	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
-	rem := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
-	if err := client.StartRemote(rem); err != nil {
+	rem, err := transport.Start(sys, transport.Config{Host: host, Cert: kp, Verifier: ver, Rules: transport.SupervisorRules(), Log: log})
+	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
 	defer func() { rem.Shutdown(false); sys.Shutdown() }()
@@ -128,8 +143,9 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	done := make(chan string, 2)
 	exitDelivered := make(chan struct{})
 	s := &session{
-		log: log, api: actor.NewPID(sp.Gateway, client.APIActor),
-		hello: &messages.Hello{Token: sp.Token, Sandbox: sp.Name, Instance: sp.Instance,
+		log: log, api: actor.NewPID(sp.Gateway, transport.HelloActor), chaos: sp.Chaos,
+		relayTLS: trust.ClientConfig(kp, ver),
+		hello: &messages.Hello{Sandbox: sp.Name, Instance: sp.Instance,
 			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version,
 			HostKey: string(ssh.MarshalAuthorizedKey(srv.HostKey()))},
 		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
@@ -137,7 +153,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		refused:  func(why string) { done <- "gateway refused this instance: " + why },
 		exitDone: func() { close(exitDelivered) },
 	}
-	sess, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), "session")
+	sess, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), transport.SupervisorSession)
 	if err != nil {
 		return fmt.Errorf("supervisor: spawn session: %w", err)
 	}

@@ -2,15 +2,17 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
@@ -21,7 +23,10 @@ import (
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // Config configures a gateway node.
@@ -49,6 +54,14 @@ type Config struct {
 	// Counters receives the supervision directives of the gateway's actors
 	// (default: a fresh set); the caller may export it as metrics.
 	Counters *supervise.Counters
+	// Chaos accepts FaultRequests at run time, for the gateway and every
+	// supervisor; without it every FaultRequest is refused.
+	Chaos bool
+	// Node names this gateway node in its certificate (default "local").
+	Node string
+	// Refused counts what the transport refused (default: a fresh set);
+	// the caller may export it as metrics.
+	Refused *transport.Refusals
 }
 
 // Run serves until ctx is done. Sandboxes (their supervisors and
@@ -76,9 +89,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("gateway: state dir %s: %w", cfg.StateDir, err)
 	}
-	tok, err := ensureToken(cfg.StateDir)
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+	if cfg.Node == "" {
+		cfg.Node = "local"
+	}
+	if cfg.Refused == nil {
+		cfg.Refused = transport.NewRefusals()
 	}
 	var storeOpts []store.Option
 	if cfg.Faults != nil {
@@ -89,6 +104,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer st.Close()
+	pk, err := openPKI(cfg.StateDir, cfg.Node, st)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: --listen %q: %w", cfg.Listen, err)
@@ -104,8 +123,10 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = ln.Close()
 	}
 	sys := actor.NewActorSystem(logx.ActorSystemOption(cfg.Log))
-	rem := remote.NewRemote(sys, remote.Configure(host, port))
-	if err := client.StartRemote(rem); err != nil {
+	rem, err := transport.Start(sys, transport.Config{Host: host, Port: port, Cert: pk.node,
+		Verifier: pk.verifier(trust.RoleClient, trust.RoleSupervisor),
+		Rules:    transport.GatewayRules(), Log: cfg.Log, Refused: cfg.Refused})
+	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer func() {
@@ -122,19 +143,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.RelayListen == "" {
 		cfg.RelayListen = "127.0.0.1:7421"
 	}
-	relayLn, err := net.Listen("tcp", cfg.RelayListen)
+	relayTCP, err := net.Listen("tcp", cfg.RelayListen)
 	if err != nil {
 		return fmt.Errorf("gateway: relay address %s: %w (is another gateway running? set --relay-listen)", cfg.RelayListen, err)
 	}
-	defer relayLn.Close()
+	defer relayTCP.Close()
+	// Relays are TLS too: clients and supervisors with their certificates.
+	relayLn := tls.NewListener(relayTCP, trust.ServerConfig(pk.node, pk.verifier(trust.RoleClient, trust.RoleSupervisor)))
 	counters := cfg.Counters
 	if counters == nil {
 		counters = supervise.NewCounters()
 	}
-	env := &sandbox.Env{Store: st, StateDir: cfg.StateDir, Gateway: addr, Token: tok, Binary: bin,
+	caPEM := string(pk.ca.CertPEM)
+	env := &sandbox.Env{Store: st, StateDir: cfg.StateDir, Gateway: addr, Binary: bin, Chaos: cfg.Chaos,
+		Credentials: func(name string) (spec.Credentials, error) {
+			certPEM, keyPEM, _, err := pk.ca.IssueKeyPair(trust.Identity{Role: trust.RoleSupervisor, Name: name}, supervisorValidity)
+			return spec.Credentials{CA: caPEM, Cert: string(certPEM), Key: string(keyPEM)}, err
+		},
 		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
-		RelayAddr: relayLn.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
+		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 
 	if cfg.Faults != nil {
 		env.Faults = cfg.Faults
@@ -164,14 +192,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: spawn root: %w", err)
 	}
-	// The API actor has a well-known top-level id ("api") so remote clients
-	// can address it; it is supervised by the same strategy.
+	// The API actor (clients) and the hello actor (supervisors) have
+	// well-known top-level ids so that remote peers can address them; they
+	// are supervised by the same strategy.
+	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
 	apiProps := actor.PropsFromProducer(func() actor.Actor {
-		return &apiActor{token: tok, log: cfg.Log, faults: cfg.Faults, sandboxes: actor.NewPID(sys.Address(), "gateway/sandboxes")}
+		return &apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes}
 	}, actor.WithSupervisor(rootStrategy), actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
-	api, err := sys.Root.SpawnNamed(apiProps, client.APIActor)
+	api, err := sys.Root.SpawnNamed(apiProps, transport.APIActor)
 	if err != nil {
 		return fmt.Errorf("gateway: spawn api: %w", err)
+	}
+	helloProps := actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
+		actor.WithSupervisor(rootStrategy), actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
+	hello, err := sys.Root.SpawnNamed(helloProps, transport.HelloActor)
+	if err != nil {
+		return fmt.Errorf("gateway: spawn hello: %w", err)
+	}
+	if err := pk.writeLocalConfig(ctx, cfg.StateDir, addr); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	cfg.Log.Info().Str("api", addr).Str("relay", env.RelayAddr).Str("state_dir", cfg.StateDir).Msg("gateway ready")
 	if cfg.Ready != nil {
@@ -183,62 +222,80 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway gave up: %s", why)
 	}
 	_ = sys.Root.StopFuture(api).Wait()
+	_ = sys.Root.StopFuture(hello).Wait()
 	_ = sys.Root.StopFuture(root).Wait()
 	return nil
 }
 
-// apiActor authenticates remote requests and forwards them to sandboxes;
-// replies go straight back to the requester.
+// apiActor serves clients: it checks that the caller is a client (the
+// transport already did), answers certificate requests and gateway faults
+// itself, and forwards the rest to sandboxes; replies go straight back to
+// the requester.
 type apiActor struct {
-	token     string
 	log       zerolog.Logger
 	faults    *fault.Set
+	chaos     bool
+	pki       *pki
 	sandboxes *actor.PID
 }
 
 func (a *apiActor) Receive(ctx actor.Context) {
-	var tok string
 	switch m := ctx.Message().(type) {
-	case *messages.CreateRequest:
-		tok = m.Token
-	case *messages.SandboxRequest:
-		tok = m.Token
-	case *messages.ListRequest:
-		tok = m.Token
-	case *messages.RelayRequest:
-		tok = m.Token
+	case *messages.CreateRequest, *messages.SandboxRequest, *messages.ListRequest, *messages.RelayRequest, *messages.PolicyRequest:
 	case *messages.FaultRequest:
-		tok = m.Token
-	case *messages.PolicyRequest:
-		tok = m.Token
-	case *messages.Hello:
-		if !tokenOK(a.token, m.Token) {
-			a.refuse(ctx)
-			ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "wrong token"})
+		if !a.callerIs(ctx, trust.RoleClient) {
 			return
 		}
-		ctx.Forward(a.sandboxes)
+		if !a.chaos {
+			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID,
+				Message: "faults are off: this gateway runs without --chaos (faults are for tests and the chaos harness)"})
+			return
+		}
+		if m.Name == "" {
+			ctx.Respond(a.armFault(m.Rule))
+			return
+		}
+	case *messages.IssueRequest:
+		if a.callerIs(ctx, trust.RoleClient) {
+			ctx.Respond(a.issue(ctx, m))
+		}
+		return
+	case *messages.RevokeRequest:
+		if a.callerIs(ctx, trust.RoleClient) {
+			ctx.Respond(a.revoke(ctx, m))
+		}
 		return
 	default:
 		return
 	}
-	if !tokenOK(a.token, tok) {
-		a.refuse(ctx)
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED,
-			Message: "wrong or missing client token: use the gateway's <state-dir>/client.token (--state-dir) or set STOCKADE_TOKEN"})
-		return
+	if a.callerIs(ctx, trust.RoleClient) {
+		ctx.Forward(a.sandboxes)
 	}
-	if f, ok := ctx.Message().(*messages.FaultRequest); ok && f.Name == "" {
-		ctx.Respond(a.armFault(f.Rule))
-		return
+}
+
+// callerIs checks a remote caller's role (defense in depth: the transport
+// routes only clients here); a local caller (no peer header) is trusted.
+func (a *apiActor) callerIs(ctx actor.Context, role trust.Role) bool {
+	return callerIs(ctx, a.log, role, "")
+}
+
+func callerIs(ctx actor.Context, log zerolog.Logger, role trust.Role, name string) bool {
+	id, ok := transport.Caller(ctx, role, name)
+	if ok {
+		return true
 	}
-	ctx.Forward(a.sandboxes)
+	log.Warn().Str("peer", id.String()).Str("message_type", fmt.Sprintf("%T", ctx.Message())).
+		Str("actor", ctx.Self().GetId()).Msg("request refused: wrong caller")
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this caller may not send that here"})
+	}
+	return false
 }
 
 // armFault arms a rule in the gateway's own fault set.
 func (a *apiActor) armFault(rule string) *messages.Reply {
 	if a.faults == nil {
-		return &messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: "this gateway runs without a fault seam (start it with --fault or --chaos)"}
+		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: "this gateway runs without a fault seam"}
 	}
 	fired, err := a.faults.Apply(rule)
 	if err != nil {
@@ -248,10 +305,61 @@ func (a *apiActor) armFault(rule string) *messages.Reply {
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway", Fired: int64(fired)}
 }
 
-func (a *apiActor) refuse(ctx actor.Context) {
-	from := "unknown"
-	if s := ctx.Sender(); s != nil {
-		from = s.Address
+// issue certifies a client key.
+func (a *apiActor) issue(ctx actor.Context, m *messages.IssueRequest) *messages.Reply {
+	if err := sandbox.CheckName(m.Name); err != nil {
+		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: strings.Replace(err.Error(), "sandbox name", "client name", 1)}
 	}
-	a.log.Warn().Str("from", from).Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("request refused: wrong or missing token")
+	pub, err := x509.ParsePKIXPublicKey(m.PublicKey)
+	if err != nil {
+		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("client %s: public key: %v", m.Name, err)}
+	}
+	certPEM, cert, err := a.pki.issueClient(context.Background(), m.Name, pub, time.Duration(m.ValiditySeconds)*time.Second)
+	if err != nil {
+		return &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("client %s: %v", m.Name, err)}
+	}
+	by, _ := transport.Peer(ctx)
+	a.log.Info().Str("client", m.Name).Str("serial", cert.SerialNumber.Text(16)).Time("not_after", cert.NotAfter).
+		Str("by", by.String()).Msg("client certificate issued")
+	return &messages.Reply{Status: messages.Status_STATUS_OK, Certificate: certPEM, Ca: a.pki.ca.CertPEM,
+		Message: fmt.Sprintf("client %s: certificate %s valid until %s", m.Name, cert.SerialNumber.Text(16), cert.NotAfter.UTC().Format(time.RFC3339))}
+}
+
+// revoke revokes every certificate of a client name.
+func (a *apiActor) revoke(ctx actor.Context, m *messages.RevokeRequest) *messages.Reply {
+	n, err := a.pki.revoke(context.Background(), m.Name)
+	if err != nil {
+		return &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("client %s: %v", m.Name, err)}
+	}
+	if n == 0 {
+		return &messages.Reply{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no unrevoked certificate was issued to a client named %q", m.Name)}
+	}
+	by, _ := transport.Peer(ctx)
+	a.log.Warn().Str("client", m.Name).Int("certificates", n).Str("by", by.String()).Msg("client revoked")
+	msg := fmt.Sprintf("client %s: %d certificate(s) revoked; refused from the next connection", m.Name, n)
+	if m.Name == LocalClient {
+		msg += " (the gateway issues a new local admin certificate into its state dir at its next start)"
+	}
+	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: msg}
+}
+
+// helloActor is the supervisors' door: a Hello is accepted only for the
+// sandbox the supervisor's certificate names.
+type helloActor struct {
+	log       zerolog.Logger
+	sandboxes *actor.PID
+}
+
+func (h *helloActor) Receive(ctx actor.Context) {
+	m, ok := ctx.Message().(*messages.Hello)
+	if !ok {
+		return
+	}
+	id, remote := transport.Peer(ctx)
+	if remote && (id.Role != trust.RoleSupervisor || id.Name != m.Sandbox) {
+		h.log.Warn().Str("peer", id.String()).Str("sandbox", m.Sandbox).Msg("Hello refused: the certificate names another sandbox")
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this certificate is not for sandbox " + m.Sandbox})
+		return
+	}
+	ctx.Forward(h.sandboxes)
 }

@@ -5,15 +5,19 @@
 // actor (stop on failure: that client's stream ends, siblings live). A
 // supervisor dials out to the gateway, so relays work across hosts.
 //
-// Wire format: each side opens a TCP connection to the relay address and
-// sends one line, "STOCKADE-RELAY <token>\n"; after that the stream is the
-// client's SSH connection to the sandbox's SSH server.
+// Wire format: each side opens a TLS connection (its certificate: a client,
+// or the supervisor of the sandbox the relay is for) to the relay address
+// and sends one line, "STOCKADE-RELAY <token>\n"; after that the stream is
+// the client's SSH connection to the sandbox's SSH server. A token is
+// taken only from the identity it was made for.
 package relay
 
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -25,6 +29,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // Preamble starts the first line of each side of a relay.
@@ -50,11 +55,13 @@ func Open(c net.Conn, token string) error {
 	return nil
 }
 
-// Expect registers a relay to come: a client presenting ClientToken and a
-// supervisor presenting SupervisorToken; the pair goes to Session.
+// Expect registers a relay to come: a client presenting ClientToken and
+// the supervisor of Sandbox presenting SupervisorToken; the pair goes to
+// Session.
 type Expect struct {
 	ClientToken, SupervisorToken string
 	Session                      *actor.PID
+	Sandbox                      string
 }
 
 // Pair is both ends of a relay, delivered to the session actor. The
@@ -68,6 +75,7 @@ type arrived struct {
 	token string
 	conn  net.Conn
 	buf   *bufio.Reader
+	peer  trust.Identity
 }
 
 type expired struct{ token string }
@@ -110,6 +118,15 @@ func (l *listener) Receive(ctx actor.Context) {
 			return
 		}
 		delete(l.byToken, m.token) // one-time
+		want := trust.Identity{Role: trust.RoleSupervisor, Name: p.exp.Sandbox}
+		if m.token == p.exp.ClientToken {
+			want = trust.Identity{Role: trust.RoleClient, Name: m.peer.Name}
+		}
+		if m.peer != want {
+			l.log.Warn().Str("peer", m.peer.String()).Str("sandbox", p.exp.Sandbox).Msg("relay: token presented by the wrong identity; refused")
+			_ = m.conn.Close()
+			return
+		}
 		if m.token == p.exp.ClientToken {
 			p.pair.Client, p.pair.ClientBuf = m.conn, m.buf
 		} else {
@@ -162,13 +179,13 @@ func (l *listener) start(ctx actor.Context) {
 				continue
 			}
 			go func() {
-				tok, br, err := readPreamble(c)
+				tok, br, peer, err := readPreamble(c)
 				if err != nil {
-					l.log.Debug().Err(err).Msg("relay: bad preamble")
+					l.log.Warn().Err(err).Str("from", c.RemoteAddr().String()).Msg("relay: connection refused")
 					_ = c.Close()
 					return
 				}
-				sys.Root.Send(self, &arrived{token: tok, conn: c, buf: br})
+				sys.Root.Send(self, &arrived{token: tok, conn: c, buf: br, peer: peer})
 			}()
 		}
 	}()
@@ -187,19 +204,36 @@ func (l *listener) stop() {
 	l.quit = nil
 }
 
-func readPreamble(c net.Conn) (string, *bufio.Reader, error) {
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	defer c.SetReadDeadline(time.Time{})
+// readPreamble completes the TLS handshake (on a TLS connection: the
+// peer's identity) and reads the token line.
+func readPreamble(c net.Conn) (string, *bufio.Reader, trust.Identity, error) {
+	var peer trust.Identity
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return "", nil, peer, fmt.Errorf("relay: handshake: %w", err)
+		}
+		certs := tc.ConnectionState().PeerCertificates
+		if len(certs) == 0 {
+			return "", nil, peer, errors.New("relay: no peer certificate")
+		}
+		id, err := trust.IdentityOf(certs[0])
+		if err != nil {
+			return "", nil, peer, fmt.Errorf("relay: %w", err)
+		}
+		peer = id
+	}
 	br := bufio.NewReaderSize(c, 512)
 	line, err := br.ReadString('\n')
 	if err != nil {
-		return "", nil, fmt.Errorf("relay: read preamble: %w", err)
+		return "", nil, peer, fmt.Errorf("relay: read preamble: %w", err)
 	}
 	line = strings.TrimSpace(line)
 	if !strings.HasPrefix(line, Preamble) || len(line) > len(Preamble)+64 {
-		return "", nil, fmt.Errorf("relay: bad preamble %q", line)
+		return "", nil, peer, fmt.Errorf("relay: bad preamble %q", line)
 	}
-	return strings.TrimPrefix(line, Preamble), br, nil
+	return strings.TrimPrefix(line, Preamble), br, peer, nil
 }
 
 // ActorProps returns the props of one relay/N actor splicing a Pair.

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -22,8 +23,12 @@ type Env struct {
 	StateDir string
 	// Gateway is the API address supervisors dial back to.
 	Gateway string
-	// Token authenticates clients and supervisors.
-	Token string
+	// Credentials issues a supervisor's certificate for sandbox name (at
+	// every start) with the CA, handed over in the spec.
+	Credentials func(name string) (spec.Credentials, error)
+	// Chaos: FaultRequests are accepted (else refused before forwarding,
+	// and the supervisor refuses them too).
+	Chaos bool
 	// Binary is the stockade binary the driver starts as supervisor.
 	Binary string
 	// Boundary settings handed to every supervisor.

@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-dev/stockade/policy/reason"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // supervisorMarker is in every supervisor's command line (Adopt checks it).
@@ -65,28 +66,50 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		a.children = supervise.NewCounters()
 		a.start(ctx)
 	case *messages.SandboxRequest:
-		a.verb(ctx, m)
+		if a.fromClient(ctx) {
+			a.verb(ctx, m)
+		}
 	case *messages.Hello:
-		a.hello(ctx, m)
+		if a.from(ctx, trust.RoleSupervisor, a.name) {
+			a.hello(ctx, m)
+		}
 	case *messages.RelayRequest:
-		a.openRelay(ctx)
+		if a.fromClient(ctx) {
+			a.openRelay(ctx)
+		}
 	case *messages.PolicyRequest:
-		a.policyRequest(ctx, m)
+		if a.fromClient(ctx) {
+			a.policyRequest(ctx, m)
+		}
 	case *messages.FaultRequest:
+		if !a.fromClient(ctx) {
+			return
+		}
 		if a.supRemote == nil {
 			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s has no supervisor session", a.name)})
 			return
 		}
-		ctx.Forward(a.supRemote) // the supervisor answers the client
+		// Asked here and answered from here: a client talks to the gateway
+		// only, never to a supervisor.
+		a.relayReply(ctx, a.supRemote, m, faultTimeout)
 	case *messages.WorkloadExited:
+		if !a.fromOwnSession(ctx) {
+			return
+		}
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })
 		}
 	case *messages.BoundaryFailed:
+		if !a.fromOwnSession(ctx) {
+			return
+		}
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.BoundaryFailed{Detail: m.Detail}) })
 		}
 	case *messages.Heartbeat:
+		if !a.fromOwnSession(ctx) {
+			return
+		}
 		a.hbRestarts = m.Restarts
 		if m.WorkloadPid != 0 && int(m.WorkloadPid) != a.rec.WorkloadPID {
 			a.rec.WorkloadPID = int(m.WorkloadPid)
@@ -389,8 +412,12 @@ func (a *sandboxActor) launch(inst string) error {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return fmt.Errorf("workspace %s: %w", ws, err)
 	}
+	creds, err := a.env.Credentials(a.name)
+	if err != nil {
+		return fmt.Errorf("supervisor certificate: %w", err)
+	}
 	s := spec.Supervisor{
-		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Token: a.env.Token,
+		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Credentials: creds, Chaos: a.env.Chaos,
 		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
 		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
 		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback,
@@ -479,7 +506,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	a.supRemote, a.hostKey = h.Supervisor, h.HostKey
 	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log), supervise.WithCounters(a.children))
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return &sessionActor{sandbox: ctx.Self(), remote: h.Supervisor, log: a.env.Log.With().Str("sandbox", a.name).Logger()}
+		return &sessionActor{sandbox: ctx.Self(), name: a.name, remote: h.Supervisor, log: a.env.Log.With().Str("sandbox", a.name).Logger()}
 	}, actor.WithSupervisor(leaf), actor.WithReceiverMiddleware(supervise.PanicStack(a.env.Log)))
 	a.sessions++
 	pid, err := ctx.SpawnNamed(props, "session/"+strconv.Itoa(a.sessions))
@@ -519,7 +546,7 @@ func (a *sandboxActor) openRelay(ctx actor.Context) {
 		return
 	}
 	tc, ts := relay.NewToken(), relay.NewToken()
-	ctx.Send(a.env.RelayListener, &relay.Expect{ClientToken: tc, SupervisorToken: ts, Session: a.session})
+	ctx.Send(a.env.RelayListener, &relay.Expect{ClientToken: tc, SupervisorToken: ts, Session: a.session, Sandbox: a.name})
 	ctx.Send(a.supRemote, &messages.OpenRelay{Token: ts, Addr: a.env.RelayAddr})
 	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, RelayAddr: a.env.RelayAddr, RelayToken: tc, HostKey: a.hostKey})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // DefaultArgv is the workload of a sandbox created without a command: it
@@ -51,7 +52,9 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 		a.env.Log.Info().Int("sandboxes", len(recs)).Msg("sandboxes re-adopted")
 	case *messages.CreateRequest:
-		a.create(ctx, m)
+		if allowed(ctx, a.env.Log, trust.RoleClient, "") {
+			a.create(ctx, m)
+		}
 	case *messages.SandboxRequest:
 		a.route(ctx, m.Name)
 	case *messages.RelayRequest:
@@ -67,6 +70,9 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no sandbox named %s; exit", m.Sandbox)})
 	case *messages.ListRequest:
+		if !allowed(ctx, a.env.Log, trust.RoleClient, "") {
+			return
+		}
 		names := make([]string, 0, len(a.status))
 		for n := range a.status {
 			names = append(names, n)

@@ -8,8 +8,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
-
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // heartbeatEvery is the supervisor's heartbeat period; a session with no
@@ -25,6 +25,7 @@ const heartbeatEvery = time.Second
 // a busy sandbox with a silent supervisor must still lose its session.
 type sessionActor struct {
 	sandbox  *actor.PID
+	name     string     // the sandbox: the supervisor's certificate must name it
 	remote   *actor.PID // the supervisor's session actor
 	log      zerolog.Logger
 	relays   int
@@ -52,17 +53,11 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 			s.log.Warn().Dur("silent_for", silent).Msg("session lost: no heartbeat from the supervisor")
 			ctx.Stop(ctx.Self())
 		}
-	case *messages.Heartbeat:
-		s.lastWord = time.Now()
-		ctx.Send(s.sandbox, m)
-		ctx.Respond(&messages.HeartbeatAck{Seq: m.Seq})
-	case *messages.WorkloadExited:
-		s.lastWord = time.Now()
-		ctx.Send(s.sandbox, m)
-		ctx.Respond(&messages.HeartbeatAck{})
-	case *messages.BoundaryFailed:
-		s.lastWord = time.Now()
-		ctx.Send(s.sandbox, m)
+	case *messages.Heartbeat, *messages.WorkloadExited, *messages.BoundaryFailed:
+		if !allowed(ctx, s.log, trust.RoleSupervisor, s.name) {
+			return
+		}
+		s.fromSupervisor(ctx)
 	case *relay.Pair:
 		s.relays++
 		if _, err := ctx.SpawnNamed(relay.ActorProps(m, s.log), relay.ChildName(s.relays)); err != nil {
@@ -70,5 +65,20 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 			_ = m.Client.Close()
 			_ = m.Supervisor.Close()
 		}
+	}
+}
+
+// fromSupervisor takes one of the supervisor's messages: it is alive.
+func (s *sessionActor) fromSupervisor(ctx actor.Context) {
+	s.lastWord = time.Now()
+	switch m := ctx.Message().(type) {
+	case *messages.Heartbeat:
+		ctx.Send(s.sandbox, m)
+		ctx.Respond(&messages.HeartbeatAck{Seq: m.Seq})
+	case *messages.WorkloadExited:
+		ctx.Send(s.sandbox, m)
+		ctx.Respond(&messages.HeartbeatAck{})
+	case *messages.BoundaryFailed:
+		ctx.Send(s.sandbox, m)
 	}
 }

@@ -30,16 +30,16 @@ func (co *clientOpts) openRelay(cmd *cobra.Command, name string) (net.Conn, *mes
 		return nil, nil, err
 	}
 	defer c.Close()
-	reply, err := c.Request(context.Background(), &messages.RelayRequest{Token: c.Token(), Name: name})
+	reply, err := c.Request(context.Background(), &messages.RelayRequest{Name: name})
 	if err != nil {
 		return nil, nil, &exitError{exitUnreachable, fmt.Errorf("open relay to %s: %w", name, err)}
 	}
 	if reply.Status != messages.Status_STATUS_OK {
 		return nil, nil, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
 	}
-	conn, err := net.DialTimeout("tcp", reply.RelayAddr, 5*time.Second)
+	conn, err := c.DialRelay(reply.RelayAddr)
 	if err != nil {
-		return nil, nil, &exitError{exitUnreachable, fmt.Errorf("relay %s: %w", reply.RelayAddr, err)}
+		return nil, nil, &exitError{exitUnreachable, err}
 	}
 	if err := relay.Open(conn, reply.RelayToken); err != nil {
 		_ = conn.Close()
@@ -213,7 +213,13 @@ func newSSHProxyCmd(co *clientOpts) *cobra.Command {
 			}
 			defer conn.Close()
 			done := make(chan struct{}, 2)
-			go func() { _, _ = io.Copy(conn, os.Stdin); _ = conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+			go func() {
+				_, _ = io.Copy(conn, os.Stdin)
+				if hc, ok := conn.(interface{ CloseWrite() error }); ok {
+					_ = hc.CloseWrite()
+				}
+				done <- struct{}{}
+			}()
 			go func() { _, _ = io.Copy(os.Stdout, conn); done <- struct{}{} }()
 			<-done
 			return nil
@@ -231,12 +237,23 @@ func (co *clientOpts) sshOptions(name string) ([][2]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	proxy := fmt.Sprintf("%s sandbox ssh-proxy %s --state-dir %s", self, name, state)
+	if co.gateway != "" {
+		proxy += " --gateway " + co.gateway
+	}
+	if co.config != "" {
+		cfg, err := filepath.Abs(co.config)
+		if err != nil {
+			return nil, err
+		}
+		proxy += " --config " + cfg
+	}
 	return [][2]string{
 		{"HostName", name},
 		{"User", "sandbox"},
-		{"ProxyCommand", fmt.Sprintf("%s sandbox ssh-proxy %s --gateway %s --state-dir %s", self, name, co.gateway, state)},
-		// The relay stream is authenticated by the gateway's one-time token
-		// before SSH starts; the host key adds nothing on this path.
+		{"ProxyCommand", proxy},
+		// The relay stream is mutual TLS to the gateway plus its one-time
+		// token before SSH starts; the host key adds nothing on this path.
 		{"StrictHostKeyChecking", "no"},
 		{"UserKnownHostsFile", "/dev/null"},
 		{"LogLevel", "ERROR"},

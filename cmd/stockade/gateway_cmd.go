@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/supervisor"
+	"github.com/stockade-dev/stockade/transport"
 )
 
 func newGatewayCmd() *cobra.Command {
@@ -26,7 +27,12 @@ func newGatewayCmd() *cobra.Command {
 		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
 		Long: `Run a gateway: the API for clients on --listen (127.0.0.1:7420), state in
 bbolt under --state-dir, one supervisor process per sandbox. Sandboxes keep
-running when the gateway stops; the next gateway re-adopts them.`,
+running when the gateway stops; the next gateway re-adopts them.
+
+Every endpoint is mutual TLS 1.3 under a CA the gateway creates on first
+start in <state-dir>/pki (keys 0600; the gateway refuses to start when a key
+is readable by others). It writes <state-dir>/client.config for the local
+operator; other users and hosts get theirs from 'stockade client issue'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Log = newLogger(cmd)
@@ -39,9 +45,9 @@ running when the gateway stops; the next gateway re-adopts them.`,
 				}
 				cfg.Log.Warn().Str("rule", r).Msg("gateway fault armed")
 			}
-			cfg.Counters = supervise.NewCounters()
+			cfg.Counters, cfg.Refused, cfg.Chaos = supervise.NewCounters(), transport.NewRefusals(), chaos
 			if metricsAddr != "" {
-				stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cfg.Counters, collectors.NewGoCollector())
+				stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cfg.Counters, cfg.Refused, collectors.NewGoCollector())
 				if err != nil {
 					return &exitError{exitFailure, err}
 				}
@@ -56,7 +62,7 @@ running when the gateway stops; the next gateway re-adopts them.`,
 		},
 	}
 	f := run.Flags()
-	f.StringVar(&cfg.StateDir, "state-dir", client.DefaultStateDir(), "state directory (bbolt file, client token, workspaces)")
+	f.StringVar(&cfg.StateDir, "state-dir", client.DefaultStateDir(), "state directory (bbolt file, CA, client config, workspaces)")
 	f.StringVar(&cfg.Listen, "listen", client.DefaultGateway, "API address")
 	f.StringVar(&cfg.RelayListen, "relay-listen", "127.0.0.1:7421", "SSH relay address (clients and supervisors connect here)")
 	f.StringVar(&cfg.Hosts, "hosts", "", "static names (/etc/hosts format) for the sandboxes' DNS and proxy (offline use)")
@@ -65,7 +71,7 @@ running when the gateway stops; the next gateway re-adopts them.`,
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")
-	f.BoolVar(&chaos, "chaos", false, "accept fault requests at run time (sandbox fault --gateway)")
+	f.BoolVar(&chaos, "chaos", false, "accept fault requests at run time, for the gateway and every supervisor (sandbox fault)")
 	f.Float64Var(&cfg.Lifecycle.BackoffScale, "backoff-scale", 1, "multiply recovery backoff delays")
 	f.DurationVar(&cfg.Lifecycle.Grace, "session-grace", 0, "how long a lost session may reconnect before the supervisor is respawned (default 20s)")
 	f.DurationVar(&cfg.Lifecycle.StartTimeout, "start-timeout", 0, "how long a start may take to bring the session up (default 30s)")

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/messages"
@@ -37,9 +36,7 @@ func newLogsCmd(co *clientOpts) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if _, err := co.call(cmd, func(tok string) proto.Message {
-				return &messages.SandboxRequest{Token: tok, Name: name, Verb: messages.Verb_VERB_GET}
-			}); err != nil {
+			if _, err := co.call(cmd, &messages.SandboxRequest{Name: name, Verb: messages.Verb_VERB_GET}); err != nil {
 				return err
 			}
 			dir := filepath.Join(co.stateDir, "sandboxes", name)

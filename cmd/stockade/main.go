@@ -67,6 +67,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: json, console, auto (console on a terminal)")
-	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newChaosCmd())
+	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newClientCmd(), newChaosCmd())
 	return root
 }

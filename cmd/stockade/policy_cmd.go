@@ -11,9 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 )
@@ -32,8 +30,7 @@ func newPolicyCmd() *cobra.Command {
 // clientFlags adds the gateway client flags to a command outside `sandbox`.
 func clientFlags(cmd *cobra.Command) *clientOpts {
 	var co clientOpts
-	cmd.Flags().StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
-	cmd.Flags().StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
+	co.addClientFlags(cmd.Flags())
 	return &co
 }
 
@@ -58,9 +55,7 @@ next start. A supervisor that misses the push gets it when it reconnects.`,
 		if _, err := policy.Parse(args[1], data); err != nil {
 			return policyError(cmd, args[1], err)
 		}
-		reply, err := co.call(cmd, func(tok string) proto.Message {
-			return &messages.PolicyRequest{Token: tok, Name: args[0], Policy: data, File: filepath.Base(args[1])}
-		})
+		reply, err := co.call(cmd, &messages.PolicyRequest{Name: args[0], Policy: data, File: filepath.Base(args[1])})
 		if err != nil {
 			return err
 		}
@@ -80,9 +75,7 @@ func newPolicyGetCmd() *cobra.Command {
 	co := clientFlags(cmd)
 	cmd.Flags().Uint64Var(&rev, "rev", 0, "the version to print (default: the current one)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		reply, err := co.call(cmd, func(tok string) proto.Message {
-			return &messages.PolicyRequest{Token: tok, Name: args[0], Rev: rev}
-		})
+		reply, err := co.call(cmd, &messages.PolicyRequest{Name: args[0], Rev: rev})
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 	"gopkg.in/yaml.v3"
 
@@ -23,14 +24,20 @@ import (
 type clientOpts struct {
 	gateway  string
 	stateDir string
+	config   string
+}
+
+// addClientFlags adds the flags every gateway client takes.
+func (co *clientOpts) addClientFlags(f *pflag.FlagSet) {
+	f.StringVar(&co.gateway, "gateway", os.Getenv("STOCKADE_GATEWAY"), "gateway address(es), comma-separated (or STOCKADE_GATEWAY; default: the config's, else "+client.DefaultGateway+")")
+	f.StringVar(&co.config, "config", "", "client configuration file (or STOCKADE_CONFIG; default ~/.config/stockade/config, then the state dir's client.config)")
+	f.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the local gateway's state dir (its client.config; logs)")
 }
 
 func newSandboxCmd() *cobra.Command {
 	var co clientOpts
 	cmd := &cobra.Command{Use: "sandbox", Short: "Create and manage sandboxes on a gateway"}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&co.gateway, "gateway", envOr("STOCKADE_GATEWAY", client.DefaultGateway), "gateway API address (or STOCKADE_GATEWAY)")
-	pf.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the gateway's state dir, for its client token (or STOCKADE_TOKEN)")
+	co.addClientFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newCreateCmd(&co), newGetCmd(&co), newListCmd(&co), newLogsCmd(&co),
 		newExecCmd(&co), newSSHProxyCmd(&co), newSSHConfigCmd(&co), newConnectCmd(&co), newFaultCmd(&co),
 		newVerbCmd(&co, "stop NAME", "Stop a sandbox (works from Ready, Error, Recovering, Provisioning)", messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE),
@@ -41,25 +48,46 @@ func newSandboxCmd() *cobra.Command {
 	return cmd
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
+// configuration returns the client configuration (nil and the error when
+// there is none) and the gateway addresses to try: --gateway, else the
+// configuration's, else the default.
+func (co *clientOpts) configuration() (*client.Config, []string, error) {
+	cfg, _, err := client.LoadConfig(client.ConfigPlaces(co.config, co.stateDir))
+	var addrs []string
+	for _, a := range strings.Split(co.gateway, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
 	}
-	return def
+	if len(addrs) == 0 && cfg != nil {
+		addrs = cfg.Gateways
+	}
+	if len(addrs) == 0 {
+		addrs = []string{client.DefaultGateway}
+	}
+	return cfg, addrs, err
 }
 
-// dial connects to the gateway; failures are exit code 5.
+// dial connects to the gateway; failures are exit code 5. A gateway that
+// does not answer is said first, before a missing configuration.
 func (co *clientOpts) dial(cmd *cobra.Command) (*client.Client, error) {
-	tok, err := client.LoadToken(co.stateDir)
+	cfg, addrs, cfgErr := co.configuration()
+	addr, err := client.Reach(addrs)
 	if err != nil {
+		if cfgErr != nil {
+			err = fmt.Errorf("%w\nalso: %v", err, cfgErr)
+		}
 		return nil, &exitError{exitUnreachable, err}
+	}
+	if cfgErr != nil {
+		return nil, &exitError{exitUnreachable, cfgErr}
 	}
 	lvl, _ := cmd.Flags().GetString("log-level")
 	log := newLogger(cmd)
 	if lvl == "info" {
 		log = log.Level(3) // clients stay quiet unless asked (warn)
 	}
-	c, err := client.Dial(co.gateway, tok, log)
+	c, err := client.Dial(addr, cfg, log)
 	if err != nil {
 		return nil, &exitError{exitUnreachable, err}
 	}
@@ -82,15 +110,14 @@ func request(c *client.Client, msg proto.Message) (*messages.Reply, error) {
 	return reply, nil
 }
 
-// call dials the gateway, sends one request built with the client's token
-// and closes the connection.
-func (co *clientOpts) call(cmd *cobra.Command, build func(token string) proto.Message) (*messages.Reply, error) {
+// call dials the gateway, sends one request and closes the connection.
+func (co *clientOpts) call(cmd *cobra.Command, msg proto.Message) (*messages.Reply, error) {
 	c, err := co.dial(cmd)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	return request(c, build(c.Token()))
+	return request(c, msg)
 }
 
 func newCreateCmd(co *clientOpts) *cobra.Command {
@@ -112,7 +139,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 			}
 			defer c.Close()
 			name := args[0]
-			reply, err := request(c, &messages.CreateRequest{Token: c.Token(), Name: name, PolicyFile: filepath.Base(policyFile),
+			reply, err := request(c, &messages.CreateRequest{Name: name, PolicyFile: filepath.Base(policyFile),
 				Policy: pol, Workdir: workdir, Argv: args[1:], Restart: restart})
 			if err != nil {
 				return err
@@ -140,7 +167,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 func waitReady(c *client.Client, out io.Writer, name, last string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		reply, err := request(c, &messages.SandboxRequest{Token: c.Token(), Name: name, Verb: messages.Verb_VERB_GET})
+		reply, err := request(c, &messages.SandboxRequest{Name: name, Verb: messages.Verb_VERB_GET})
 		if err != nil {
 			return err
 		}
@@ -182,9 +209,7 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 			if alt {
 				v = flagVerb
 			}
-			reply, err := co.call(cmd, func(tok string) proto.Message {
-				return &messages.SandboxRequest{Token: tok, Name: args[0], Verb: v}
-			})
+			reply, err := co.call(cmd, &messages.SandboxRequest{Name: args[0], Verb: v})
 			if err != nil {
 				return err
 			}
@@ -270,9 +295,7 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 		Short: "Show a sandbox: phase, reason, message, recovery, pids, transitions",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := co.call(cmd, func(tok string) proto.Message {
-				return &messages.SandboxRequest{Token: tok, Name: args[0], Verb: messages.Verb_VERB_GET}
-			})
+			reply, err := co.call(cmd, &messages.SandboxRequest{Name: args[0], Verb: messages.Verb_VERB_GET})
 			if err != nil {
 				return err
 			}
@@ -309,7 +332,7 @@ func newListCmd(co *clientOpts) *cobra.Command {
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reply, err := co.call(cmd, func(tok string) proto.Message { return &messages.ListRequest{Token: tok} })
+			reply, err := co.call(cmd, &messages.ListRequest{})
 			if err != nil {
 				return err
 			}
@@ -346,9 +369,7 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 			if !gw {
 				name, rule = args[0], args[1]
 			}
-			reply, err := co.call(cmd, func(tok string) proto.Message {
-				return &messages.FaultRequest{Token: tok, Name: name, Rule: rule}
-			})
+			reply, err := co.call(cmd, &messages.FaultRequest{Name: name, Rule: rule})
 			if err != nil {
 				return err
 			}
@@ -356,6 +377,13 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&gw, "gateway", false, "arm the fault in the gateway (it must run with --chaos or --fault)")
+	cmd.Flags().BoolVar(&gw, "gateway", false, "arm the fault in the gateway (it must run with --chaos)")
 	return cmd
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

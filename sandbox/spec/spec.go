@@ -1,7 +1,9 @@
 // Package spec owns the hand-off from a gateway to the supervisor it
 // starts: one JSON file (mode 0600) in the sandbox's directory with
 // everything the supervisor needs to run that instance. A file, not
-// arguments: the policy and the token stay out of /proc/PID/cmdline.
+// arguments: the policy and the supervisor's private key stay out of
+// /proc/PID/cmdline. The file lies in the gateway's state dir, which is
+// never visible inside the sandbox.
 package spec
 
 import (
@@ -15,8 +17,12 @@ type Supervisor struct {
 	Name     string `json:"name"`
 	Instance string `json:"instance"`
 	Gateway  string `json:"gateway"`
-	Token    string `json:"token"`
-	Policy   string `json:"policy"`
+	// Credentials are this instance's certificate (naming its sandbox),
+	// issued at every start, and the gateway's CA.
+	Credentials Credentials `json:"credentials"`
+	// Chaos accepts FaultRequests from the gateway (tests, chaos harness).
+	Chaos  bool   `json:"chaos,omitempty"`
+	Policy string `json:"policy"`
 	// PolicyVersion is the gateway's version of Policy (0: start at 1).
 	PolicyVersion uint64   `json:"policyVersion,omitempty"`
 	Argv          []string `json:"argv"`
@@ -29,6 +35,14 @@ type Supervisor struct {
 	Hosts         string `json:"hosts,omitempty"`
 	DNSUpstream   string `json:"dnsUpstream,omitempty"`
 	AllowLoopback bool   `json:"allowLoopback,omitempty"`
+}
+
+// Credentials are PEM blocks: the CA certificate, the supervisor's
+// certificate and its private key.
+type Credentials struct {
+	CA   string `json:"ca"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
 }
 
 // Write writes s to path atomically with mode 0600.
@@ -59,6 +73,9 @@ func Read(path string) (Supervisor, error) {
 	}
 	if s.Name == "" || s.Instance == "" || s.Gateway == "" || len(s.Argv) == 0 {
 		return s, fmt.Errorf("spec: %s lacks name, instance, gateway or argv", path)
+	}
+	if s.Credentials.CA == "" || s.Credentials.Cert == "" || s.Credentials.Key == "" {
+		return s, fmt.Errorf("spec: %s lacks the supervisor's credentials (written by an older gateway?)", path)
 	}
 	return s, nil
 }

@@ -1,0 +1,77 @@
+package sandbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// faultTimeout bounds how long a fault request waits for the supervisor.
+const faultTimeout = 5 * time.Second
+
+// Callers, checked again in the handlers (defense in depth: the transport
+// routes no remote peer to these actors but the ones named here): client
+// verbs come from clients through api; Hello from the supervisor of this
+// sandbox through hello; heartbeats, exits and boundary failures from this
+// sandbox's own session actor, inside the process.
+
+func (a *sandboxActor) fromClient(ctx actor.Context) bool {
+	return a.from(ctx, trust.RoleClient, "")
+}
+
+func (a *sandboxActor) from(ctx actor.Context, role trust.Role, name string) bool {
+	return allowed(ctx, a.env.Log, role, name)
+}
+
+// fromOwnSession: only a message sent inside this process (by the session
+// actor, which checked the supervisor) is taken.
+func (a *sandboxActor) fromOwnSession(ctx actor.Context) bool {
+	if id, remote := transport.Peer(ctx); remote {
+		refused(ctx, a.env.Log, id)
+		return false
+	}
+	return true
+}
+
+// allowed checks the caller of the current message; a refusal is logged
+// and answered.
+func allowed(ctx actor.Context, log zerolog.Logger, role trust.Role, name string) bool {
+	id, ok := transport.Caller(ctx, role, name)
+	if !ok {
+		refused(ctx, log, id)
+	}
+	return ok
+}
+
+func refused(ctx actor.Context, log zerolog.Logger, id trust.Identity) {
+	log.Warn().Str("peer", id.String()).Str("actor", ctx.Self().GetId()).
+		Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("message refused: wrong caller")
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this caller may not send that here"})
+	}
+}
+
+// relayReply asks to (a supervisor) and answers the current requester with
+// its Reply, or with an error naming what went wrong.
+func (a *sandboxActor) relayReply(ctx actor.Context, to *actor.PID, msg proto.Message, timeout time.Duration) {
+	requester := ctx.Sender()
+	f := ctx.RequestFuture(to, msg, timeout)
+	ctx.ReenterAfter(f, func(res any, err error) {
+		r, ok := res.(*messages.Reply)
+		switch {
+		case err == nil && ok:
+			ctx.Send(requester, r)
+		case err == nil:
+			ctx.Send(requester, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("sandbox %s: the supervisor answered %T", a.name, res)})
+		default:
+			ctx.Send(requester, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("sandbox %s: the supervisor did not answer: %v", a.name, err)})
+		}
+	})
+}

@@ -1,0 +1,30 @@
+// Package transport is protoactor remote over mutual TLS 1.3 with
+// authorization per message: the one way stockade processes (gateway
+// nodes, supervisors, clients) talk to each other.
+//
+// protoactor remote delivers any message to any actor id, system messages
+// included, and some of its gRPC methods panic. This package closes that
+// at the transport:
+//
+//   - the TLS handshake admits only certificates of the gateway's CA that
+//     are not revoked and whose identity (trust.Identity) this endpoint
+//     accepts; a refused handshake is logged and counted;
+//   - a gRPC stream interceptor reads every MessageBatch before protoactor
+//     does: indices in range, the proto serializer only, and each envelope's
+//     (peer role, target actor id, message type) allowed by the endpoint's
+//     Rules. A refused batch is logged with the peer's identity and the
+//     target, counted (stockade_remote_refused_total{reason}), and its
+//     stream is closed; nothing of it is delivered;
+//   - every accepted envelope is stamped with the peer's identity in the
+//     PeerHeader message header (whatever header the peer sent is
+//     dropped), so handlers check the caller again (Peer);
+//   - unary and stream recover interceptors: no input from the wire panics
+//     the process; the unimplemented methods answer Unimplemented.
+//
+// Rules name the well-known actor ids (APIActor, HelloActor,
+// SupervisorSession, the gateway's session actors) and, per role, the
+// message types each may receive. No system message (Stop, PoisonPill,
+// Watch, Unwatch, Terminated, ...) is admitted from a remote peer: stockade
+// never watches or stops a remote actor; liveness is the session's
+// heartbeats.
+package transport

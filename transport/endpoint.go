@@ -1,0 +1,131 @@
+package transport
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// MaxMessageBytes bounds one gRPC message (a batch) an endpoint accepts.
+const MaxMessageBytes = 4 << 20
+
+// Config configures one endpoint.
+type Config struct {
+	// Host and Port to listen on (port 0 picks one).
+	Host string
+	Port int
+	// Cert is this process's certificate (its identity).
+	Cert tls.Certificate
+	// Verifier checks peers, both ways. Its Accept decides which peers may
+	// connect to this endpoint.
+	Verifier *trust.Verifier
+	// Dial checks the peers this process dials (nil: Verifier). Clients and
+	// supervisors dial only gateway nodes.
+	Dial *trust.Verifier
+	// Rules authorize each message.
+	Rules Rules
+	Log   zerolog.Logger
+	// Refused counts refusals (nil: a fresh set).
+	Refused *Refusals
+}
+
+// Start starts sys's remote endpoint over mutual TLS with cfg's rules. A
+// listen failure is an error (protoactor panics on it).
+func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
+	if cfg.Refused == nil {
+		cfg.Refused = NewRefusals()
+	}
+	dial := cfg.Dial
+	if dial == nil {
+		dial = cfg.Verifier
+	}
+	g := &guard{rules: cfg.Rules, log: cfg.Log, refused: cfg.Refused}
+	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g}
+	rc := remote.Configure(cfg.Host, cfg.Port,
+		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),
+			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial)))))
+	// One quick retry: a peer that refuses our certificate or is gone is
+	// reported (EndpointTerminatedEvent) in seconds, not after 5 x 2 s.
+	rc.MaxRetryCount = 2
+	rem = remote.NewRemote(sys, rc)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("start remote endpoint on %s: %v", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), r)
+		}
+	}()
+	rem.Start()
+	return rem, nil
+}
+
+// LocalIPFor returns the local address this host uses to reach addr: where
+// a client or supervisor listens so that the gateway can answer it (no
+// packet is sent).
+func LocalIPFor(addr string) (string, error) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return "", fmt.Errorf("route to %s: %w", addr, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// Refusals counts refused handshakes and messages by reason; it is the
+// prometheus collector of stockade_remote_refused_total{reason}.
+type Refusals struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// NewRefusals returns an empty set.
+func NewRefusals() *Refusals { return &Refusals{m: map[string]int64{}} }
+
+func (r *Refusals) add(reason string) {
+	r.mu.Lock()
+	r.m[reason]++
+	r.mu.Unlock()
+}
+
+// Get returns the count of one reason.
+func (r *Refusals) Get(reason string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[reason]
+}
+
+// Total returns the count of every reason.
+func (r *Refusals) Total() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, v := range r.m {
+		n += v
+	}
+	return n
+}
+
+var refusedDesc = prometheus.NewDesc("stockade_remote_refused_total",
+	"Remote handshakes and messages refused by the transport, by reason.", []string{"reason"}, nil)
+
+// Describe implements prometheus.Collector.
+func (r *Refusals) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
+
+// Collect implements prometheus.Collector.
+func (r *Refusals) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, v := range r.m {
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(v), k)
+	}
+}

@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// PeerHeader is the message header that carries the authenticated peer's
+// identity ("role:name") to handlers. The transport sets it on every
+// envelope it admits and drops whatever headers the peer sent.
+const PeerHeader = "stockade-peer"
+
+// Peer returns the authenticated identity of a remote message's sender;
+// ok is false for a message sent inside this process (no header).
+func Peer(ctx actor.Context) (trust.Identity, bool) {
+	h := ctx.MessageHeader()
+	if h == nil {
+		return trust.Identity{}, false
+	}
+	v := h.Get(PeerHeader)
+	if v == "" {
+		return trust.Identity{}, false
+	}
+	id, err := trust.ParseIdentity(v)
+	return id, err == nil
+}
+
+// authInfo is the handshake's result: grpc's TLS info plus the identity.
+type authInfo struct {
+	credentials.TLSInfo
+	id trust.Identity
+}
+
+// serverCreds wraps grpc's TLS credentials: a failed handshake (plain
+// text, no certificate, another CA, revoked, a role this endpoint does not
+// accept) is logged and counted; a good one carries the peer's identity.
+type serverCreds struct {
+	credentials.TransportCredentials
+	g *guard
+}
+
+func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
+	if errors.Is(err, io.EOF) {
+		// Closed before a word (a reachability check): nothing to refuse.
+		c.g.log.Debug().Str("peer_addr", raw.RemoteAddr().String()).Msg("connection closed before the TLS handshake")
+		return nil, nil, err
+	}
+	if err != nil {
+		c.g.refuse(ReasonHandshake, "", raw.RemoteAddr().String(), "", "", err)
+		return nil, nil, err
+	}
+	info, ok := ai.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		_ = conn.Close()
+		return nil, nil, errors.New("transport: handshake without a peer certificate")
+	}
+	id, err := trust.IdentityOf(info.State.PeerCertificates[0])
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("transport: %w", err)
+	}
+	return conn, authInfo{TLSInfo: info, id: id}, nil
+}
+
+func (c *serverCreds) Clone() credentials.TransportCredentials {
+	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g}
+}
+
+// guard authorizes what arrives at one endpoint.
+type guard struct {
+	rules   Rules
+	log     zerolog.Logger
+	refused *Refusals
+}
+
+func (g *guard) refuse(reason, peerID, addr, target, typeName string, err error) {
+	g.refused.add(reason)
+	ev := g.log.Warn().Str("reason", reason).Str("peer_addr", addr)
+	if peerID != "" {
+		ev = ev.Str("peer", peerID)
+	}
+	if target != "" {
+		ev = ev.Str("target", target)
+	}
+	if typeName != "" {
+		ev = ev.Str("message_type", typeName)
+	}
+	if err != nil {
+		ev = ev.Err(err)
+	}
+	ev.Msg("remote refused")
+}
+
+// peerOf returns the identity and address of a stream's peer.
+func peerOf(ctx context.Context) (trust.Identity, string, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return trust.Identity{}, "", false
+	}
+	ai, ok := p.AuthInfo.(authInfo)
+	if !ok {
+		return trust.Identity{}, p.Addr.String(), false
+	}
+	return ai.id, p.Addr.String(), true
+}
+
+// unary answers every unary method (protoactor's ListProcesses and
+// GetProcessDiagnostics panic "implement me") with Unimplemented.
+func (g *guard) unary(ctx context.Context, _ any, info *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+	id, addr, _ := peerOf(ctx)
+	g.refuse(ReasonUnimplemented, id.String(), addr, info.FullMethod, "", nil)
+	return nil, status.Errorf(codes.Unimplemented, "%s is not served", info.FullMethod)
+}
+
+// stream authorizes every message of a Receive stream before protoactor
+// reads it, and recovers a panic of the handler (that stream ends, the
+// process lives).
+func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	id, addr, ok := peerOf(ss.Context())
+	if !ok {
+		g.refuse(ReasonHandshake, "", addr, info.FullMethod, "", errors.New("no authenticated peer"))
+		return status.Error(codes.Unauthenticated, "no authenticated peer")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			g.refused.add(ReasonPanic)
+			g.log.Error().Str("peer", id.String()).Str("peer_addr", addr).Interface("panic", r).
+				Str("stack", string(debug.Stack())).Msg("remote stream handler panicked; stream closed")
+			err = status.Error(codes.Internal, "internal error")
+		}
+	}()
+	return handler(srv, &checkedStream{ServerStream: ss, g: g, peer: id, addr: addr})
+}
+
+// checkedStream authorizes each received RemoteMessage.
+type checkedStream struct {
+	grpc.ServerStream
+	g    *guard
+	peer trust.Identity
+	addr string
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			s.g.refuse(ReasonTooLarge, s.peer.String(), s.addr, "", "", err)
+		}
+		return err
+	}
+	rm, ok := m.(*remote.RemoteMessage)
+	if !ok {
+		s.g.refuse(ReasonMalformed, s.peer.String(), s.addr, "", fmt.Sprintf("%T", m), nil)
+		return status.Error(codes.InvalidArgument, "unexpected message")
+	}
+	switch t := rm.MessageType.(type) {
+	case *remote.RemoteMessage_ConnectRequest:
+		return nil
+	case *remote.RemoteMessage_MessageBatch:
+		if reason, target, typeName, err := s.check(t.MessageBatch); reason != "" {
+			s.g.refuse(reason, s.peer.String(), s.addr, target, typeName, err)
+			return status.Errorf(codes.PermissionDenied, "refused: %s", reason)
+		}
+		return nil
+	default:
+		s.g.refuse(ReasonMalformed, s.peer.String(), s.addr, "", fmt.Sprintf("%T", rm.MessageType), nil)
+		return status.Error(codes.InvalidArgument, "unexpected message")
+	}
+}
+
+// check validates a batch (every index protoactor will follow) and
+// authorizes each envelope; then it stamps the peer's identity on each.
+func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName string, err error) {
+	peerHost, _, _ := net.SplitHostPort(s.addr)
+	for _, e := range b.Envelopes {
+		switch {
+		case e == nil:
+			return ReasonMalformed, "", "", errors.New("nil envelope")
+		case e.Target < 0 || int(e.Target) >= len(b.Targets) || b.Targets[e.Target] == nil:
+			return ReasonMalformed, "", "", fmt.Errorf("target index %d of %d", e.Target, len(b.Targets))
+		case e.Sender < 0 || int(e.Sender) > len(b.Senders) || (e.Sender > 0 && b.Senders[e.Sender-1] == nil):
+			return ReasonMalformed, "", "", fmt.Errorf("sender index %d of %d", e.Sender, len(b.Senders))
+		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+			return ReasonMalformed, "", "", fmt.Errorf("type index %d of %d", e.TypeId, len(b.TypeNames))
+		case e.SerializerId != 0:
+			return ReasonMalformed, "", "", fmt.Errorf("serializer %d (only protobuf is served)", e.SerializerId)
+		}
+		target, typeName = b.Targets[e.Target].Id, b.TypeNames[e.TypeId]
+		if r := s.g.rules.check(s.peer, target, typeName); r != "" {
+			return r, target, typeName, nil
+		}
+		// A reply address must be the peer's own host: the peer cannot
+		// make this process dial somewhere else.
+		if e.Sender > 0 {
+			if h, _, err := net.SplitHostPort(b.Senders[e.Sender-1].Address); err != nil || h != peerHost {
+				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not on the peer's host %s", b.Senders[e.Sender-1].Address, peerHost)
+			}
+		}
+		e.MessageHeader = &remote.MessageHeader{HeaderData: map[string]string{PeerHeader: s.peer.String()}}
+	}
+	return "", "", "", nil
+}
+
+// Caller reports whether the current message may come from a caller of
+// role (and of name, when name is not empty): a message from inside this
+// process (no peer header) may; a remote one only from that identity. The
+// identity is returned for logs.
+func Caller(ctx actor.Context, role trust.Role, name string) (trust.Identity, bool) {
+	id, remote := Peer(ctx)
+	if !remote {
+		return id, true
+	}
+	return id, id.Role == role && (name == "" || id.Name == name)
+}
