@@ -27,7 +27,7 @@ func (w *world) execIn(name, script string, extra ...string) (string, string, in
 // clients get 403 identity_unavailable, audited; the exec finishes with its
 // own status; no session or relay actor restarted; the sandbox stays Ready.
 func TestSeed000IdentityFailureDuringExec(t *testing.T) {
-	w := newWorld(t, 0)
+	w := newWorld(t, 0, "--chaos")
 	w.create("seed0", `exec sleep 1000`)
 	type result struct {
 		out  string

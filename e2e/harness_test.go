@@ -39,6 +39,10 @@ type world struct {
 	uid int
 	// gwArgs are extra `gateway run` flags (e.g. --backoff-scale, --chaos).
 	gwArgs []string
+	// metrics is the gateway's metrics address.
+	metrics string
+	// stopped: shutdown ran (it runs once).
+	stopped bool
 }
 
 // nobody is the unprivileged user the "unprivileged" runs use.
@@ -137,9 +141,9 @@ func (w *world) startGateway() {
 	if w.addr != "" {
 		listen = w.addr // a restart keeps the address supervisors know
 	}
-	w.gwLog = &lockedBuf{}
+	w.gwLog, w.stopped = &lockedBuf{}, false
 	args := append([]string{"gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", "127.0.0.1:0",
-		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json"}, w.gwArgs...)
+		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json", "--metrics", "127.0.0.1:0"}, w.gwArgs...)
 	w.gw = exec.Command(bin, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -153,7 +157,7 @@ func (w *world) startGateway() {
 		w.t.Fatal(err)
 	}
 	_ = pw.Close()
-	ready := make(chan string, 1)
+	ready, metrics := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -163,6 +167,9 @@ func (w *world) startGateway() {
 			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "gateway ready" {
 				ready <- m["api"].(string)
 			}
+			if m["msg"] == "metrics serving" {
+				metrics <- m["addr"].(string)
+			}
 		}
 	}()
 	w.gwDone = make(chan error, 1)
@@ -170,6 +177,10 @@ func (w *world) startGateway() {
 	go func() { w.gwDone <- cmd.Wait() }()
 	select {
 	case w.addr = <-ready:
+		select {
+		case w.metrics = <-metrics:
+		default:
+		}
 	case err := <-w.gwDone:
 		w.t.Fatalf("gateway exited: %v\n%s", err, w.gwLog)
 	case <-time.After(20 * time.Second):
@@ -185,6 +196,10 @@ func (w *world) killGateway() {
 
 // shutdown stops the gateway and kills every supervisor of this state dir.
 func (w *world) shutdown() {
+	if w.stopped {
+		return
+	}
+	w.stopped = true
 	_ = w.gw.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-w.gwDone:
