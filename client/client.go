@@ -65,6 +65,10 @@ type Client struct {
 	addr    string
 	timeout time.Duration
 	tls     tlsCert
+	// refused is closed, with refusedErr set, when the handshake check
+	// failed: pending and later requests fail at once with its cause.
+	refused    chan struct{}
+	refusedErr error
 }
 
 type tlsCert struct {
@@ -97,9 +101,6 @@ func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
 		return nil, err
 	}
 	ver := &trust.Verifier{CAs: cred.pool, Accept: trust.AcceptRoles(trust.RoleGateway)}
-	if err := probe(addr, cred.kp, ver); err != nil {
-		return nil, err
-	}
 	host, err := transport.LocalIPFor(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
@@ -111,7 +112,17 @@ func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
 		sys.Shutdown()
 		return nil, err
 	}
-	return &Client{sys: sys, rem: rem, api: actor.NewPID(addr, transport.APIActor), addr: addr, timeout: 30 * time.Second, tls: cred}, nil
+	c := &Client{sys: sys, rem: rem, api: actor.NewPID(addr, transport.APIActor), addr: addr, timeout: 30 * time.Second, tls: cred,
+		refused: make(chan struct{})}
+	// The handshake check runs beside the first request (it is off the
+	// critical path of a command); a refusal ends that request at once.
+	go func() {
+		if err := probe(addr, cred.kp, ver); err != nil {
+			c.refusedErr = err
+			close(c.refused)
+		}
+	}()
+	return c, nil
 }
 
 // probe makes one TLS connection and one call of a method no endpoint
@@ -190,6 +201,8 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 			return nil, fmt.Errorf("%w: %s: no answer within %s: %v", ErrUnreachable, c.addr, timeout.Round(time.Millisecond), r.err)
 		}
 		res = r.res
+	case <-c.refused:
+		return nil, c.refusedErr
 	case <-lost:
 		return nil, fmt.Errorf("%w: %s: the connection to the gateway ended before it answered (did it stop or restart? the request may or may not have been carried out: check with get)", ErrUnreachable, c.addr)
 	case <-ctx.Done():

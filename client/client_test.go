@@ -18,7 +18,7 @@ import (
 	"github.com/stockade-dev/stockade/trust"
 )
 
-func keyPair(t *testing.T, ca *trust.CA, id trust.Identity) tls.Certificate {
+func keyPair(t testing.TB, ca *trust.CA, id trust.Identity) tls.Certificate {
 	t.Helper()
 	certPEM, keyPEM, _, err := ca.IssueKeyPair(id, time.Hour)
 	if err != nil {

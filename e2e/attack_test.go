@@ -17,6 +17,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/internal/testenv"
@@ -136,12 +138,25 @@ func TestControlPlaneAttacks(t *testing.T) {
 			{"client", w.addr, "stop to gateway/sandboxes/sandbox/a", transporttest.Batch(gw(transport.SandboxActorID("a")), &messages.SandboxRequest{Name: "a", Verb: messages.Verb_VERB_STOP}, nil), true},
 			{"client", w.addr, "heartbeat to a's session", transporttest.Batch(gw(transport.GatewaySessionPrefix("a")+"1"), &messages.Heartbeat{Sandbox: "a"}, nil), true},
 			{"client", w.addr, "list with a reply address elsewhere", transporttest.Batch(gw(transport.APIActor), &messages.ListRequest{}, actor.NewPID("127.0.0.2:1", "future$x")), true},
+			{"client", w.addr, "Stop to api", transporttest.Stop(gw(transport.APIActor)), true},
+			{"client", w.addr, "out-of-range batch to api", transporttest.OutOfRange(gw(transport.APIActor), &messages.ListRequest{}), true},
+			{"client", w.addr, "4 MiB to api", transporttest.Large(gw(transport.APIActor), 4<<20), true},
 			{"client", supAddr, "SetPolicy to supervisor", transporttest.Batch(sup(transport.SupervisorSession), &messages.SetPolicy{Sandbox: "a", Version: 1000}, nil), true},
 			{"supervisor a", w.addr, "heartbeat to b's session", transporttest.Batch(gw(transport.GatewaySessionPrefix("b")+"1"), &messages.Heartbeat{Sandbox: "b"}, nil), true},
 			{"supervisor a", w.addr, "list to api", transporttest.Batch(gw(transport.APIActor), &messages.ListRequest{}, nil), true},
 			{"supervisor a", w.addr, "delete to api", transporttest.Batch(gw(transport.APIActor), &messages.SandboxRequest{Name: "b", Verb: messages.Verb_VERB_DELETE}, nil), true},
 			{"supervisor a", supAddr, "SetPolicy to its own supervisor", transporttest.Batch(sup(transport.SupervisorSession), &messages.SetPolicy{Sandbox: "a", Version: 1000}, nil), true},
 		}
+		conn, err := transporttest.Dial(w.addr, transporttest.WithCert(clientKP))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"ListProcesses", "GetProcessDiagnostics"} {
+			if err := conn.Unary(m); grpcstatus.Code(err) != codes.Unimplemented {
+				t.Errorf("client: %s: %v, want Unimplemented", m, err)
+			}
+		}
+		_ = conn.Close()
 		for _, v := range valid {
 			kp := clientKP
 			if v.who != "client" {
@@ -159,7 +174,7 @@ func TestControlPlaneAttacks(t *testing.T) {
 		}
 		// sandbox a's supervisor says Hello for b: the hello actor refuses it
 		// (the certificate names a), and b keeps its session.
-		conn, err := transporttest.Dial(w.addr, transporttest.WithCert(supKP))
+		conn, err = transporttest.Dial(w.addr, transporttest.WithCert(supKP))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,10 +228,10 @@ func TestControlPlaneAttacks(t *testing.T) {
 }
 
 // supervisorEndpoint is the remote address sandbox name's supervisor
-// listens on (protoactor logs it when the endpoint starts).
+// listens on (its log says so when the session is up).
 func supervisorEndpoint(t *testing.T, w *world, name string) string {
 	t.Helper()
-	re := regexp.MustCompile(`"address":"([0-9.]+:[0-9]+)"[^\n]*"msg":"Starting remote with address"`)
+	re := regexp.MustCompile(`"endpoint":"([0-9.]+:[0-9]+)"[^\n]*"msg":"session up"`)
 	var addr string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		b, _ := os.ReadFile(filepath.Join(w.state, "sandboxes", name, "supervisor.log"))

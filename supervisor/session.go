@@ -78,7 +78,7 @@ func (s *session) Receive(ctx actor.Context) {
 			s.retryLater()
 		case m.ack.Status == messages.Status_STATUS_OK:
 			s.gw, s.lastAck, s.backoff = m.ack.Session, time.Now(), 200*time.Millisecond
-			s.log.Info().Str("gateway", s.api.Address).Str("session", m.ack.Session.GetId()).Msg("session up")
+			s.log.Info().Str("gateway", s.api.Address).Str("session", m.ack.Session.GetId()).Str("endpoint", ctx.Self().Address).Msg("session up")
 			if s.exit != nil {
 				s.sendExit(ctx)
 			}
@@ -99,7 +99,7 @@ func (s *session) Receive(ctx actor.Context) {
 			s.sendExit(ctx)
 		}
 	case *messages.FaultRequest:
-		if !s.fromGateway(ctx) {
+		if !s.fromGateway(ctx) || !s.forMe(ctx, m.Name, "") {
 			return
 		}
 		if !s.chaos {
@@ -114,7 +114,7 @@ func (s *session) Receive(ctx actor.Context) {
 		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + m.Rule, Fired: int64(fired)})
 	case *messages.SetPolicy:
-		if !s.fromGateway(ctx) {
+		if !s.fromGateway(ctx) || !s.forMe(ctx, m.Sandbox, m.Instance) {
 			return
 		}
 		v, err := s.policy.LoadVersion("policy.yaml", m.Policy, m.Version)
@@ -255,4 +255,18 @@ func (s *session) fromGateway(ctx actor.Context) bool {
 		}
 	}
 	return ok
+}
+
+// forMe: a command names this sandbox (and instance, when given); a
+// command for another is refused (the gateway sends to the session
+// address a Hello named).
+func (s *session) forMe(ctx actor.Context, sandbox, instance string) bool {
+	if sandbox == s.hello.Sandbox && (instance == "" || instance == s.hello.Instance) {
+		return true
+	}
+	s.log.Warn().Str("for", sandbox+"/"+instance).Msg("command for another sandbox or instance refused")
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("this is the supervisor of %s/%s, not %s/%s", s.hello.Sandbox, s.hello.Instance, sandbox, instance)})
+	}
+	return false
 }

@@ -50,7 +50,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
 	if dial == nil {
 		dial = cfg.Verifier
 	}
-	g := &guard{rules: cfg.Rules, log: cfg.Log, refused: cfg.Refused}
+	g := &guard{rules: cfg.Rules, log: cfg.Log, refused: cfg.Refused, self: sys.Address}
 	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g}
 	rc := remote.Configure(cfg.Host, cfg.Port,
 		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),

@@ -25,6 +25,10 @@ import (
 // envelope it admits and drops whatever headers the peer sent.
 const PeerHeader = "stockade-peer"
 
+// PeerAddrHeader carries the peer's network address (host:port of its
+// connection) beside PeerHeader.
+const PeerAddrHeader = "stockade-peer-addr"
+
 // Peer returns the authenticated identity of a remote message's sender;
 // ok is false for a message sent inside this process (no header).
 func Peer(ctx actor.Context) (trust.Identity, bool) {
@@ -87,6 +91,9 @@ type guard struct {
 	rules   Rules
 	log     zerolog.Logger
 	refused *Refusals
+	// self returns this endpoint's address (the actor system's, set by
+	// remote.Start before the first stream is served).
+	self func() string
 }
 
 func (g *guard) refuse(reason, peerID, addr, target, typeName string, err error) {
@@ -187,6 +194,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 // authorizes each envelope; then it stamps the peer's identity on each.
 func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName string, err error) {
 	peerHost, _, _ := net.SplitHostPort(s.addr)
+	self := s.g.self()
 	for _, e := range b.Envelopes {
 		switch {
 		case e == nil:
@@ -201,19 +209,39 @@ func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName 
 			return ReasonMalformed, "", "", fmt.Errorf("serializer %d (only protobuf is served)", e.SerializerId)
 		}
 		target, typeName = b.Targets[e.Target].Id, b.TypeNames[e.TypeId]
+		// protoactor delivers to the target PID as given: one on another
+		// address would be forwarded there by this process (a relay).
+		if a := b.Targets[e.Target].Address; a != self {
+			return ReasonTarget, target, typeName, fmt.Errorf("target address %q is not this endpoint's %s", a, self)
+		}
 		if r := s.g.rules.check(s.peer, target, typeName); r != "" {
 			return r, target, typeName, nil
 		}
 		// A reply address must be the peer's own host: the peer cannot
-		// make this process dial somewhere else.
+		// make this process dial somewhere else; and not this endpoint's
+		// own address, which protoactor resolves to a local actor: the
+		// reply would reach any local actor, past the rules and without a
+		// peer header (trusted as local by Caller).
 		if e.Sender > 0 {
-			if h, _, err := net.SplitHostPort(b.Senders[e.Sender-1].Address); err != nil || h != peerHost {
-				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not on the peer's host %s", b.Senders[e.Sender-1].Address, peerHost)
+			a := b.Senders[e.Sender-1].Address
+			if h, _, err := net.SplitHostPort(a); err != nil || h != peerHost || a == self {
+				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not the peer's (host %s)", a, peerHost)
 			}
 		}
-		e.MessageHeader = &remote.MessageHeader{HeaderData: map[string]string{PeerHeader: s.peer.String()}}
+		e.MessageHeader = &remote.MessageHeader{HeaderData: map[string]string{PeerHeader: s.peer.String(), PeerAddrHeader: s.addr}}
 	}
 	return "", "", "", nil
+}
+
+// PeerHost returns the host of a remote message's sender connection ("" for
+// a local message).
+func PeerHost(ctx actor.Context) string {
+	h := ctx.MessageHeader()
+	if h == nil {
+		return ""
+	}
+	host, _, _ := net.SplitHostPort(h.Get(PeerAddrHeader))
+	return host
 }
 
 // Caller reports whether the current message may come from a caller of

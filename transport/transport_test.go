@@ -1,11 +1,17 @@
 package transport_test
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
+	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,13 +105,24 @@ func (r *recorder) records() []record {
 	return append([]record(nil), r.got...)
 }
 
+func (r *recorder) reset() {
+	r.mu.Lock()
+	r.got = nil
+	r.mu.Unlock()
+}
+
 // gateway is a gateway node's endpoint (GatewayRules) with recording
 // actors at api, hello, gateway/sandboxes and the session actors of
 // sandboxes a and b.
+//
+// There is one per test process, started in TestMain before any other
+// grpc activity, and the round trip's client endpoint runs in a child
+// process: protoactor's remote.Start sets grpc's global logger
+// (grpclog.SetLoggerV2, unsynchronized), which races with every grpc
+// goroutine already running in the process, so a process may start only
+// one endpoint to stay clean under -race.
 type gateway struct {
-	t       *testing.T
 	ca      *trust.CA
-	pool    *trustPool
 	sys     *actor.ActorSystem
 	addr    string
 	refused *transport.Refusals
@@ -115,47 +132,76 @@ type gateway struct {
 	revoked map[string]bool // serials (decimal)
 }
 
-// trustPool is the victim's CA pool (for the legitimate side).
-type trustPool = trust.Verifier
+// gw is this process's gateway endpoint.
+var gw *gateway
 
-func startGateway(t *testing.T) *gateway {
-	t.Helper()
-	ca, _, err := trust.LoadOrCreateCA(filepath.Join(t.TempDir(), "pki"))
+// newGateway starts a gateway endpoint with a new CA in dir.
+func newGateway(dir string) (g *gateway, stop func(), err error) {
+	ca, _, err := trust.LoadOrCreateCA(filepath.Join(dir, "pki"))
 	if err != nil {
-		t.Fatalf("LoadOrCreateCA: %v", err)
+		return nil, nil, err
 	}
-	g := &gateway{t: t, ca: ca, refused: transport.NewRefusals(), actors: map[string]*recorder{}, revoked: map[string]bool{}}
-	ver := g.verifier(trust.RoleClient, trust.RoleSupervisor, trust.RoleGateway)
+	g = &gateway{ca: ca, refused: transport.NewRefusals(), actors: map[string]*recorder{}, revoked: map[string]bool{}}
+	ver, err := verifier(ca.CertPEM, trust.RoleClient, trust.RoleSupervisor, trust.RoleGateway)
+	if err != nil {
+		return nil, nil, err
+	}
 	ver.Revoked = g.isRevoked
+	node, err := issue(ca, trust.Identity{Role: trust.RoleGateway, Name: "node1"})
+	if err != nil {
+		return nil, nil, err
+	}
 	g.sys = quiet()
-	rem, err := transport.Start(g.sys, transport.Config{Host: "127.0.0.1", Cert: g.cert(trust.Identity{Role: trust.RoleGateway, Name: "node1"}),
+	rem, err := transport.Start(g.sys, transport.Config{Host: "127.0.0.1", Cert: node,
 		Verifier: ver, Rules: transport.GatewayRules(), Log: zerolog.Nop(), Refused: g.refused})
 	if err != nil {
-		t.Fatalf("transport.Start: %v", err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		rem.Shutdown(false)
 		g.sys.Shutdown()
-	})
+	}
 	g.addr = g.sys.Address()
 	for _, id := range []string{transport.APIActor, transport.HelloActor, transport.SandboxesActor, sessionA, sessionB} {
 		r := &recorder{}
 		if _, err := g.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), id); err != nil {
-			t.Fatalf("spawn %s: %v", id, err)
+			stop()
+			return nil, nil, fmt.Errorf("spawn %s: %w", id, err)
 		}
 		g.actors[id] = r
 	}
-	return g
+	return g, stop, nil
 }
 
-// verifier trusts g's CA and accepts roles.
-func (g *gateway) verifier(roles ...trust.Role) *trust.Verifier {
-	g.t.Helper()
-	pool, err := trust.Pool(g.ca.CertPEM)
-	if err != nil {
-		g.t.Fatalf("Pool: %v", err)
+// useGateway returns gw with empty recorders. Tests that use it do not
+// run in parallel (they count what the actors received).
+func useGateway(t *testing.T) *gateway {
+	t.Helper()
+	if gw == nil {
+		t.Fatal("no gateway (TestMain)")
 	}
-	return &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(roles...)}
+	for _, r := range gw.actors {
+		r.reset()
+	}
+	return gw
+}
+
+// verifier trusts caPEM and accepts roles.
+func verifier(caPEM []byte, roles ...trust.Role) (*trust.Verifier, error) {
+	pool, err := trust.Pool(caPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(roles...)}, nil
+}
+
+// issue issues a key pair for id from ca.
+func issue(ca *trust.CA, id trust.Identity) (tls.Certificate, error) {
+	certPEM, keyPEM, _, err := ca.IssueKeyPair(id, time.Hour)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return trust.KeyPair(certPEM, keyPEM)
 }
 
 func (g *gateway) isRevoked(serial *big.Int) bool {
@@ -171,27 +217,18 @@ func (g *gateway) revoke(kp tls.Certificate) {
 }
 
 // cert issues a key pair for id from g's CA.
-func (g *gateway) cert(id trust.Identity) tls.Certificate {
-	g.t.Helper()
-	certPEM, keyPEM, _, err := g.ca.IssueKeyPair(id, time.Hour)
+func (g *gateway) cert(t *testing.T, id trust.Identity) tls.Certificate {
+	t.Helper()
+	kp, err := issue(g.ca, id)
 	if err != nil {
-		g.t.Fatalf("IssueKeyPair(%s): %v", id, err)
-	}
-	kp, err := trust.KeyPair(certPEM, keyPEM)
-	if err != nil {
-		g.t.Fatalf("KeyPair: %v", err)
+		t.Fatalf("issue %s: %v", id, err)
 	}
 	return kp
 }
 
 func (g *gateway) pid(id string) *actor.PID { return actor.NewPID(g.addr, id) }
 
-// dial connects to g with conf (nil: plaintext); closed at cleanup.
-func (g *gateway) dial(conf *tls.Config) *transporttest.Conn {
-	g.t.Helper()
-	return dial(g.t, g.addr, conf)
-}
-
+// dial connects to addr with conf (nil: plaintext); closed at cleanup.
 func dial(t *testing.T, addr string, conf *tls.Config) *transporttest.Conn {
 	t.Helper()
 	c, err := transporttest.Dial(addr, conf)
@@ -203,64 +240,90 @@ func dial(t *testing.T, addr string, conf *tls.Config) *transporttest.Conn {
 }
 
 // as dials g presenting a fresh certificate of id.
-func (g *gateway) as(id trust.Identity) *transporttest.Conn {
-	g.t.Helper()
-	return g.dial(transporttest.WithCert(g.cert(id)))
+func (g *gateway) as(t *testing.T, id trust.Identity) *transporttest.Conn {
+	t.Helper()
+	return dial(t, g.addr, transporttest.WithCert(g.cert(t, id)))
 }
 
 func (g *gateway) recorded(id string) []record { return g.actors[id].records() }
 
 // nothingDelivered fails unless no recording actor received anything.
-func (g *gateway) nothingDelivered() {
-	g.t.Helper()
+func (g *gateway) nothingDelivered(t *testing.T) {
+	t.Helper()
 	for id, r := range g.actors {
 		if got := r.records(); len(got) != 0 {
-			g.t.Errorf("actor %q received %d message(s) after a refusal, first %T %v", id, len(got), got[0].msg, got[0].msg)
+			t.Errorf("actor %q received %d message(s) after a refusal, first %T %v", id, len(got), got[0].msg, got[0].msg)
 		}
 	}
 }
 
-// refused fails unless err is a refusal (with code, unless code is OK) and
-// the counter of reason passes before.
-func (g *gateway) refused1(err error, code codes.Code, reason string, before int64) {
-	g.t.Helper()
+// wantRefused fails unless err is a refusal (with code, unless code is OK)
+// and the counter of reason passes before.
+func (g *gateway) wantRefused(t *testing.T, err error, code codes.Code, reason string, before int64) {
+	t.Helper()
 	if !transporttest.Refused(err) {
-		g.t.Fatalf("want a refusal (%s), got %v", reason, err)
+		t.Fatalf("want a refusal (%s), got %v", reason, err)
 	}
 	if code != codes.OK {
 		if got := status.Code(err); got != code {
-			g.t.Errorf("refusal code %s (%v), want %s", got, err, code)
+			t.Errorf("refusal code %s (%v), want %s", got, err, code)
 		}
 	}
-	eventually(g.t, func() bool { return g.refused.Get(reason) > before }, "refusal counter %q stays at %d", reason, before)
+	eventually(t, func() bool { return g.refused.Get(reason) > before }, "refusal counter %q stays at %d", reason, before)
 }
 
 // serves checks that g still serves a legitimate client: a ListRequest to
 // api from a fresh client certificate is accepted, delivered with the
-// client's identity, and is the only message api has received since want
-// earlier ones; then api answers a local request.
-func (g *gateway) serves(earlier int) {
-	g.t.Helper()
+// client's identity, and is the only message api has received since
+// earlier ones; then api answers a local request (it was not stopped).
+func (g *gateway) serves(t *testing.T, earlier int) {
+	t.Helper()
 	legit := trust.Identity{Role: trust.RoleClient, Name: "legit"}
-	if err := g.as(legit).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait); err != nil {
-		g.t.Fatalf("legitimate ListRequest refused: %v", err)
+	if err := g.as(t, legit).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait); err != nil {
+		t.Fatalf("legitimate ListRequest refused: %v", err)
 	}
-	eventually(g.t, func() bool { return len(g.recorded(transport.APIActor)) > earlier }, "api never received the legitimate ListRequest")
+	eventually(t, func() bool { return len(g.recorded(transport.APIActor)) > earlier }, "api never received the legitimate ListRequest")
 	got := g.recorded(transport.APIActor)
 	if len(got) != earlier+1 {
-		g.t.Fatalf("api received %d messages, want %d: %v", len(got), earlier+1, got)
+		t.Fatalf("api received %d messages, want %d: %+v", len(got), earlier+1, got)
 	}
 	last := got[earlier]
 	if _, ok := last.msg.(*messages.ListRequest); !ok || !last.remote || last.peer != legit {
-		g.t.Fatalf("api received %T from %v (remote %v), want *messages.ListRequest from %s", last.msg, last.peer, last.remote, legit)
+		t.Fatalf("api received %T from %v (remote %v), want *messages.ListRequest from %s", last.msg, last.peer, last.remote, legit)
 	}
 	res, err := g.sys.Root.RequestFuture(g.sys.NewLocalPID(transport.APIActor), &messages.ListRequest{}, waitFor).Result()
 	if err != nil {
-		g.t.Fatalf("api does not answer: %v", err)
+		t.Fatalf("api does not answer: %v", err)
 	}
 	if _, ok := res.(*messages.Reply); !ok {
-		g.t.Fatalf("api answered %T, want *messages.Reply", res)
+		t.Fatalf("api answered %T, want *messages.Reply", res)
 	}
+}
+
+// TestMain starts this process's one gateway endpoint, or runs as the
+// round trip's client (a child process of TestRoundTrip).
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(roundTripChild(dir, os.Getenv(gatewayEnv)))
+	}
+	os.Exit(runWithGateway(m))
+}
+
+func runWithGateway(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "transport-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	g, stop, err := newGateway(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start gateway:", err)
+		return 1
+	}
+	defer stop()
+	gw = g
+	return m.Run()
 }
 
 // TestHandshakeRefused: plaintext, no certificate, another CA, a revoked
@@ -268,8 +331,7 @@ func (g *gateway) serves(earlier int) {
 // methods and the stream alike; nothing is delivered and the endpoint
 // keeps serving.
 func TestHandshakeRefused(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
+	g := useGateway(t)
 	otherClient, err := transporttest.OtherCA(filepath.Join(t.TempDir(), "other"), alice)
 	if err != nil {
 		t.Fatal(err)
@@ -278,10 +340,11 @@ func TestHandshakeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	revoked := g.cert(mallory)
+	revoked := g.cert(t, mallory)
 	g.revoke(revoked)
-	tls12 := transporttest.WithCert(g.cert(alice))
+	tls12 := transporttest.WithCert(g.cert(t, alice))
 	tls12.MinVersion, tls12.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
+	unimplemented := g.refused.Get(transport.ReasonUnimplemented)
 	for _, tc := range []struct {
 		name string
 		conf *tls.Config
@@ -294,72 +357,72 @@ func TestHandshakeRefused(t *testing.T) {
 		{"tls12", tls12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A fresh connection each: a failed channel answers from its
+			// last error without a new handshake until its backoff ends.
 			before := g.refused.Get(transport.ReasonHandshake)
-			c := g.dial(tc.conf)
-			err := c.Unary("ListProcesses")
-			g.refused1(err, codes.Unavailable, transport.ReasonHandshake, before)
+			err := dial(t, g.addr, tc.conf).Unary("ListProcesses")
+			g.wantRefused(t, err, codes.Unavailable, transport.ReasonHandshake, before)
 			before = g.refused.Get(transport.ReasonHandshake)
-			err = c.Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait)
-			g.refused1(err, codes.Unavailable, transport.ReasonHandshake, before)
-			t.Logf("refused: %v", err)
-			if n := g.refused.Get(transport.ReasonUnimplemented); n != 0 {
+			err = dial(t, g.addr, tc.conf).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait)
+			g.wantRefused(t, err, codes.Unavailable, transport.ReasonHandshake, before)
+			if n := g.refused.Get(transport.ReasonUnimplemented) - unimplemented; n != 0 {
 				t.Errorf("a refused handshake reached the unary handler (%d)", n)
 			}
-			g.nothingDelivered()
+			g.nothingDelivered(t)
 		})
 	}
-	g.serves(0)
+	g.serves(t, 0)
 }
 
 // TestRevokedAtNextHandshake: a certificate revoked after it was used is
 // refused at its next connection.
 func TestRevokedAtNextHandshake(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
-	kp := g.cert(mallory)
-	if err := g.dial(transporttest.WithCert(kp)).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait); err != nil {
+	g := useGateway(t)
+	kp := g.cert(t, mallory)
+	list := transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil)
+	if err := dial(t, g.addr, transporttest.WithCert(kp)).Send(list, acceptWait); err != nil {
 		t.Fatalf("before revocation: %v", err)
 	}
 	eventually(t, func() bool { return len(g.recorded(transport.APIActor)) == 1 }, "api never received mallory's request")
 	g.revoke(kp)
 	before := g.refused.Get(transport.ReasonHandshake)
-	err := g.dial(transporttest.WithCert(kp)).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil), acceptWait)
-	g.refused1(err, codes.Unavailable, transport.ReasonHandshake, before)
+	err := dial(t, g.addr, transporttest.WithCert(kp)).Send(list, acceptWait)
+	g.wantRefused(t, err, codes.Unavailable, transport.ReasonHandshake, before)
 	if n := len(g.recorded(transport.APIActor)); n != 1 {
 		t.Fatalf("api received %d messages, want only the one before revocation", n)
 	}
-	g.serves(1)
+	g.serves(t, 1)
 }
 
 // TestUnaryUnimplemented: protoactor's ListProcesses and
 // GetProcessDiagnostics panic "implement me"; the endpoint answers
 // Unimplemented instead and lives.
 func TestUnaryUnimplemented(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
-	for i, id := range []trust.Identity{alice, supA} {
-		c := g.as(id)
-		for j, m := range []string{"ListProcesses", "GetProcessDiagnostics"} {
-			before := int64(2*i + j)
-			g.refused1(c.Unary(m), codes.Unimplemented, transport.ReasonUnimplemented, before)
+	g := useGateway(t)
+	panics := g.refused.Get(transport.ReasonPanic)
+	for _, id := range []trust.Identity{alice, supA} {
+		c := g.as(t, id)
+		for _, m := range []string{"ListProcesses", "GetProcessDiagnostics"} {
+			before := g.refused.Get(transport.ReasonUnimplemented)
+			g.wantRefused(t, c.Unary(m), codes.Unimplemented, transport.ReasonUnimplemented, before)
 		}
 	}
-	if err := g.as(alice).Unary("Nope"); err == nil || transporttest.Refused(err) {
+	if err := g.as(t, alice).Unary("Nope"); err == nil || transporttest.Refused(err) {
 		t.Errorf("Unary(unknown method) = %v, want a local error", err)
 	}
-	if n := g.refused.Get(transport.ReasonPanic); n != 0 {
+	if n := g.refused.Get(transport.ReasonPanic) - panics; n != 0 {
 		t.Errorf("%d panics", n)
 	}
-	g.nothingDelivered()
-	g.serves(0)
+	g.nothingDelivered(t)
+	g.serves(t, 0)
 }
 
 // TestBatchRefused: a client with a valid certificate sends what the rules
 // do not admit; each batch is refused whole, nothing is delivered, the
 // reason is counted and the endpoint keeps serving.
 func TestBatchRefused(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
+	g := useGateway(t)
+	panics := g.refused.Get(transport.ReasonPanic)
 	api := g.pid(transport.APIActor)
 	list := &messages.ListRequest{}
 	for _, tc := range []struct {
@@ -369,6 +432,11 @@ func TestBatchRefused(t *testing.T) {
 		reason string
 	}{
 		{"target_out_of_range", func() *remote.MessageBatch { return transporttest.OutOfRange(api, list) }, codes.PermissionDenied, transport.ReasonMalformed},
+		{"negative_target", func() *remote.MessageBatch {
+			b := transporttest.Batch(api, list, nil)
+			b.Envelopes[0].Target = -1
+			return b
+		}, codes.PermissionDenied, transport.ReasonMalformed},
 		{"type_out_of_range", func() *remote.MessageBatch {
 			b := transporttest.Batch(api, list, nil)
 			b.Envelopes[0].TypeId = 3
@@ -377,11 +445,6 @@ func TestBatchRefused(t *testing.T) {
 		{"sender_out_of_range", func() *remote.MessageBatch {
 			b := transporttest.Batch(api, list, nil)
 			b.Envelopes[0].Sender = 1
-			return b
-		}, codes.PermissionDenied, transport.ReasonMalformed},
-		{"negative_target", func() *remote.MessageBatch {
-			b := transporttest.Batch(api, list, nil)
-			b.Envelopes[0].Target = -1
 			return b
 		}, codes.PermissionDenied, transport.ReasonMalformed},
 		{"json_serializer", func() *remote.MessageBatch {
@@ -423,8 +486,8 @@ func TestBatchRefused(t *testing.T) {
 		{"sender_other_host", func() *remote.MessageBatch {
 			return transporttest.Batch(api, list, actor.NewPID("10.9.9.9:1", "future$1"))
 		}, codes.PermissionDenied, transport.ReasonSender},
-		{"sender_no_port", func() *remote.MessageBatch {
-			return transporttest.Batch(api, list, actor.NewPID("nonhost", "future$1"))
+		{"sender_local", func() *remote.MessageBatch {
+			return transporttest.Batch(api, list, actor.NewPID("nonhost", transport.SandboxesActor))
 		}, codes.PermissionDenied, transport.ReasonSender},
 		{"good_then_bad", func() *remote.MessageBatch {
 			// One good envelope, then one to gateway/sandboxes: the whole
@@ -438,31 +501,32 @@ func TestBatchRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := g.refused.Get(tc.reason)
 			total := g.refused.Total()
-			err := g.as(alice).Send(tc.batch(), acceptWait)
-			g.refused1(err, tc.code, tc.reason, before)
+			err := g.as(t, alice).Send(tc.batch(), acceptWait)
+			g.wantRefused(t, err, tc.code, tc.reason, before)
 			if d := g.refused.Total() - total; d != 1 {
 				t.Errorf("%d refusals counted, want 1", d)
 			}
-			g.nothingDelivered()
+			g.nothingDelivered(t)
 		})
 	}
-	if n := g.refused.Get(transport.ReasonPanic); n != 0 {
+	if n := g.refused.Get(transport.ReasonPanic) - panics; n != 0 {
 		t.Errorf("%d panics", n)
 	}
-	g.serves(0) // api was not stopped
+	g.serves(t, 0) // and api was not stopped
 }
 
 // TestHeaderStamped: an admitted envelope carries the peer's real identity
 // in PeerHeader, whatever headers the peer sent.
 func TestHeaderStamped(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
+	g := useGateway(t)
+	total := g.refused.Total()
 	b := transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, nil)
 	b.Envelopes[0].MessageHeader = &remote.MessageHeader{HeaderData: map[string]string{
-		transport.PeerHeader: "gateway:evil",
-		"x-forged":           "1",
+		transport.PeerHeader:     "gateway:evil",
+		transport.PeerAddrHeader: "10.9.9.9:1",
+		"x-forged":               "1",
 	}}
-	if err := g.as(alice).Send(b, acceptWait); err != nil {
+	if err := g.as(t, alice).Send(b, acceptWait); err != nil {
 		t.Fatalf("ListRequest with a forged header: %v", err)
 	}
 	eventually(t, func() bool { return len(g.recorded(transport.APIActor)) == 1 }, "api never received the request")
@@ -470,42 +534,74 @@ func TestHeaderStamped(t *testing.T) {
 	if !r.remote || r.peer != alice {
 		t.Fatalf("Peer = %v (remote %v), want %s", r.peer, r.remote, alice)
 	}
-	if want := map[string]string{transport.PeerHeader: alice.String()}; len(r.header) != 1 || r.header[transport.PeerHeader] != want[transport.PeerHeader] {
-		t.Fatalf("header %v, want only %v", r.header, want)
+	if len(r.header) != 2 || r.header[transport.PeerHeader] != alice.String() || !strings.HasPrefix(r.header[transport.PeerAddrHeader], "127.0.0.1:") {
+		t.Fatalf("header %v, want only %s: %s and %s: 127.0.0.1:PORT", r.header, transport.PeerHeader, alice, transport.PeerAddrHeader)
 	}
-	if n := g.refused.Total(); n != 0 {
+	if n := g.refused.Total() - total; n != 0 {
 		t.Fatalf("%d refusals", n)
 	}
-	g.serves(1)
+	g.serves(t, 1)
 }
 
-// TestSenderOwnAddress: a reply address on the peer's host but equal to
-// the endpoint's own address would make the api's Reply a local message
-// (no peer header, so trusted by transport.Caller) to any local actor,
-// past the rules. It must be refused like any other foreign reply address.
+// TestSenderOwnAddress: a reply address on the peer's host that is the
+// endpoint's own address would make the api's Reply a local message (no
+// peer header, so trusted by transport.Caller) to any local actor, past
+// the rules. It must be refused like any other foreign reply address.
 func TestSenderOwnAddress(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
+	g := useGateway(t)
 	before := g.refused.Get(transport.ReasonSender)
-	err := g.as(alice).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{},
+	err := g.as(t, alice).Send(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{},
 		g.pid(transport.SandboxesActor)), acceptWait)
 	if err == nil {
-		eventually(t, func() bool { return len(g.recorded(transport.APIActor)) == 1 }, "api never received the request")
-		time.Sleep(50 * time.Millisecond) // let the api's Reply land, if it goes somewhere
-		t.Fatalf("a reply address at the endpoint's own address %s was admitted; %s then received %d local message(s): %+v",
-			g.addr, transport.SandboxesActor, len(g.recorded(transport.SandboxesActor)), g.recorded(transport.SandboxesActor))
+		eventually(t, func() bool { return len(g.recorded(transport.SandboxesActor)) > 0 }, "the api's Reply did not land")
+		r := g.recorded(transport.SandboxesActor)[0]
+		t.Fatalf("a reply address at the endpoint's own address %s was admitted: %s received %T (remote %v); "+
+			"checkedStream.check must refuse a sender whose Address is the endpoint's own", g.addr, transport.SandboxesActor, r.msg, r.remote)
 	}
-	g.refused1(err, codes.PermissionDenied, transport.ReasonSender, before)
-	g.nothingDelivered()
-	g.serves(0)
+	g.wantRefused(t, err, codes.PermissionDenied, transport.ReasonSender, before)
+	g.nothingDelivered(t)
+	g.serves(t, 0)
+}
+
+// TestTargetOtherAddress: protoactor's endpoint reader sends each envelope
+// to its target PID as given, address included, so a target on another
+// address makes this endpoint forward the message there itself (it dials
+// out with its own certificate): a relay for any peer to any host:port.
+// Such a target must be refused.
+func TestTargetOtherAddress(t *testing.T) {
+	g := useGateway(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialed := make(chan struct{}, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		dialed <- struct{}{}
+	}()
+	before := g.refused.Get(transport.ReasonTarget)
+	err = g.as(t, alice).Send(transporttest.Batch(actor.NewPID(ln.Addr().String(), transport.APIActor), &messages.ListRequest{}, nil), acceptWait)
+	select {
+	case <-dialed:
+		t.Fatalf("the gateway forwarded a client's envelope to %s (Send: %v); "+
+			"checkedStream.check must refuse a target whose Address is not the endpoint's own", ln.Addr(), err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.wantRefused(t, err, codes.PermissionDenied, transport.ReasonTarget, before)
+	g.nothingDelivered(t)
+	g.serves(t, 0)
 }
 
 // TestSupervisorRoutes: the supervisor of sandbox a says Hello to the hello
 // actor and talks to a's session actors only.
 func TestSupervisorRoutes(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
-	sup := g.as(supA)
+	g := useGateway(t)
+	sup := g.as(t, supA)
 	accepted := func(target string, m proto.Message) {
 		t.Helper()
 		if err := sup.Send(transporttest.Batch(g.pid(target), m, nil), acceptWait); err != nil {
@@ -513,7 +609,7 @@ func TestSupervisorRoutes(t *testing.T) {
 		}
 		eventually(t, func() bool { return len(g.recorded(target)) == 1 }, "%s never received %T", target, m)
 		r := g.recorded(target)[0]
-		if !proto.Equal(r.msg.(proto.Message), m) || !r.remote || r.peer != supA {
+		if got, ok := r.msg.(proto.Message); !ok || !proto.Equal(got, m) || !r.remote || r.peer != supA {
 			t.Fatalf("%s received %v from %v (remote %v), want %v from %s", target, r.msg, r.peer, r.remote, m, supA)
 		}
 	}
@@ -531,66 +627,152 @@ func TestSupervisorRoutes(t *testing.T) {
 		{transport.GatewaySessionPrefix("ab") + "1", &messages.Heartbeat{Sandbox: "ab"}, transport.ReasonTarget},
 		{transport.APIActor, &messages.ListRequest{}, transport.ReasonTarget},
 		{transport.APIActor, &messages.Heartbeat{Sandbox: "a"}, transport.ReasonTarget},
+		{transport.SandboxesActor, &messages.Hello{Sandbox: "a"}, transport.ReasonTarget},
 		{sessionA, &messages.Hello{Sandbox: "a"}, transport.ReasonMessageType},
 		{transport.HelloActor, &messages.Heartbeat{Sandbox: "a"}, transport.ReasonMessageType},
 		{"future$1", &messages.SetPolicy{Sandbox: "a"}, transport.ReasonMessageType},
 	} {
 		before := g.refused.Get(tc.reason)
 		err := sup.Send(transporttest.Batch(g.pid(tc.target), tc.msg, nil), acceptWait)
-		g.refused1(err, codes.PermissionDenied, tc.reason, before)
+		g.wantRefused(t, err, codes.PermissionDenied, tc.reason, before)
 	}
 	for id, want := range map[string]int{transport.HelloActor: 1, sessionA: 1, sessionB: 0, transport.APIActor: 0, transport.SandboxesActor: 0} {
 		if n := len(g.recorded(id)); n != want {
 			t.Errorf("%s received %d messages, want %d", id, n, want)
 		}
 	}
-	g.serves(0)
+	g.serves(t, 0)
 }
 
-// TestRoundTrip: a real protoactor client (its own endpoint, ClientRules)
-// asks the gateway's api and gets the Reply: the gateway dials back to the
-// client's endpoint over mutual TLS. The client's endpoint refuses a
-// client certificate (it accepts gateways only).
+// Environment of the round trip's client (a child process of this test
+// binary): the directory of its key material and the gateway's address.
+const (
+	childEnv   = "STOCKADE_TRANSPORT_TEST_CLIENT_DIR"
+	gatewayEnv = "STOCKADE_TRANSPORT_TEST_GATEWAY"
+)
+
+// TestRoundTrip: a real protoactor client (its own endpoint, ClientRules,
+// in a child process: see gateway) asks the gateway's api twice and gets
+// the Replies: the gateway dials back to the client's endpoint over mutual
+// TLS. In between, the client's endpoint refuses another client's
+// certificate (it accepts gateways only).
 func TestRoundTrip(t *testing.T) {
-	t.Parallel()
-	g := startGateway(t)
-	csys := quiet()
-	crefused := transport.NewRefusals()
-	crem, err := transport.Start(csys, transport.Config{Host: "127.0.0.1", Cert: g.cert(alice),
-		Verifier: g.verifier(trust.RoleGateway), Rules: transport.ClientRules(), Log: zerolog.Nop(), Refused: crefused})
-	if err != nil {
-		t.Fatalf("client transport.Start: %v", err)
+	g := useGateway(t)
+	total := g.refused.Total()
+	dir := t.TempDir()
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() {
-		crem.Shutdown(false)
-		csys.Shutdown()
-	})
-	res, err := csys.Root.RequestFuture(g.pid(transport.APIActor), &messages.ListRequest{}, waitFor).Result()
-	if err != nil {
-		t.Fatalf("request: %v (gateway refusals %d, client refusals %d)", err, g.refused.Total(), crefused.Total())
+	write("ca.crt", g.ca.CertPEM)
+	for _, id := range []trust.Identity{alice, mallory} {
+		certPEM, keyPEM, _, err := g.ca.IssueKeyPair(id, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(id.Name+".crt", certPEM)
+		write(id.Name+".key", keyPEM)
 	}
-	if r, ok := res.(*messages.Reply); !ok || r.Message != "recorded" {
-		t.Fatalf("reply %T %v, want the api's Reply", res, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+dir, gatewayEnv+"="+g.addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "round trip ok") {
+		t.Fatalf("client: %v\n%s", err, out)
 	}
 	got := g.recorded(transport.APIActor)
-	if len(got) != 1 || got[0].peer != alice || !got[0].remote {
-		t.Fatalf("api records %+v, want one request from %s", got, alice)
+	if len(got) != 2 {
+		t.Fatalf("api received %d messages, want 2: %+v", len(got), got)
 	}
-	if n, m := g.refused.Total(), crefused.Total(); n != 0 || m != 0 {
-		t.Fatalf("refusals: gateway %d, client %d", n, m)
+	for _, r := range got {
+		if _, ok := r.msg.(*messages.ListRequest); !ok || r.peer != alice || !r.remote {
+			t.Fatalf("api received %T from %v (remote %v), want a ListRequest from %s", r.msg, r.peer, r.remote, alice)
+		}
 	}
+	if n := g.refused.Total() - total; n != 0 {
+		t.Fatalf("gateway refused %d", n)
+	}
+}
 
-	// Another client cannot talk to the client's endpoint.
-	err = dial(t, csys.Address(), transporttest.WithCert(g.cert(mallory))).Send(
-		transporttest.Batch(actor.NewPID(csys.Address(), "future$1"), &messages.Reply{}, nil), acceptWait)
-	if !transporttest.Refused(err) {
-		t.Fatalf("client cert to the client's endpoint: %v, want refused", err)
+// roundTripChild is the client of TestRoundTrip: exit 0 and "round trip
+// ok" on success.
+func roundTripChild(dir, gatewayAddr string) int {
+	if err := roundTrip(dir, gatewayAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "round trip:", err)
+		return 1
 	}
-	eventually(t, func() bool { return crefused.Get(transport.ReasonHandshake) == 1 }, "client endpoint did not count the handshake")
-	// A second request still works.
-	if _, err := csys.Root.RequestFuture(g.pid(transport.APIActor), &messages.ListRequest{}, waitFor).Result(); err != nil {
-		t.Fatalf("second request: %v", err)
+	fmt.Println("round trip ok")
+	return 0
+}
+
+func roundTrip(dir, gatewayAddr string) error {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			panic(err)
+		}
+		return b
 	}
+	ver, err := verifier(read("ca.crt"), trust.RoleGateway)
+	if err != nil {
+		return err
+	}
+	kp, err := trust.KeyPair(read("alice.crt"), read("alice.key"))
+	if err != nil {
+		return err
+	}
+	other, err := trust.KeyPair(read("mallory.crt"), read("mallory.key"))
+	if err != nil {
+		return err
+	}
+	sys := quiet()
+	refused := transport.NewRefusals()
+	rem, err := transport.Start(sys, transport.Config{Host: "127.0.0.1", Cert: kp, Verifier: ver,
+		Rules: transport.ClientRules(), Log: zerolog.Nop(), Refused: refused})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rem.Shutdown(false)
+		sys.Shutdown()
+	}()
+	api := actor.NewPID(gatewayAddr, transport.APIActor)
+	for i := range 2 {
+		res, err := sys.Root.RequestFuture(api, &messages.ListRequest{}, waitFor).Result()
+		if err != nil {
+			return fmt.Errorf("request %d: %w (client refusals %d)", i, err, refused.Total())
+		}
+		if r, ok := res.(*messages.Reply); !ok || r.Message != "recorded" {
+			return fmt.Errorf("request %d: reply %T %v, want the api's Reply", i, res, res)
+		}
+		if i > 0 {
+			break
+		}
+		// A client's certificate cannot talk to a client's endpoint.
+		c, err := transporttest.Dial(sys.Address(), transporttest.WithCert(other))
+		if err != nil {
+			return err
+		}
+		err = c.Send(transporttest.Batch(actor.NewPID(sys.Address(), "future$1"), &messages.Reply{}, nil), acceptWait)
+		_ = c.Close()
+		if !transporttest.Refused(err) {
+			return fmt.Errorf("a client certificate at the client's endpoint: %v, want refused", err)
+		}
+		deadline := time.Now().Add(waitFor)
+		for refused.Get(transport.ReasonHandshake) != 1 {
+			if time.Now().After(deadline) {
+				return errors.New("the client's endpoint did not count the refused handshake")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if n := refused.Total(); n != 1 {
+		return fmt.Errorf("client refusals %d, want 1 (the handshake)", n)
+	}
+	return nil
 }
 
 // TestRefused: the classification of errors.
@@ -608,10 +790,11 @@ func TestRefused(t *testing.T) {
 		{status.Error(codes.Unauthenticated, "x"), true},
 		{status.Error(codes.Unimplemented, "x"), true},
 		{status.Error(codes.Internal, "x"), true},
-		{status.Error(codes.Unavailable, "connection error: desc = \"error reading server preface: remote error: tls: certificate required\""), true},
-		{status.Error(codes.Unavailable, "connection error: desc = \"error reading server preface: EOF\""), true},
-		{status.Error(codes.Unavailable, "read: connection reset by peer"), true},
-		{status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused\""), false},
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: EOF"`), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: connection reset by peer"`), true},
+		{status.Error(codes.Unavailable, "write tcp 127.0.0.1:40614->127.0.0.1:33393: write: broken pipe"), true},
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`), false},
 		{status.Error(codes.DeadlineExceeded, "x"), false},
 		{status.Error(codes.Canceled, "x"), false},
 		{status.Error(codes.OK, ""), false},
@@ -626,7 +809,7 @@ func TestRefused(t *testing.T) {
 func TestDialDead(t *testing.T) {
 	t.Parallel()
 	c := dial(t, "127.0.0.1:1", transporttest.NoCertTLS())
-	err := c.Send(transporttest.Batch(actor.NewPID("127.0.0.1:1", "api"), &messages.ListRequest{}, nil), acceptWait)
+	err := c.Send(transporttest.Batch(actor.NewPID("127.0.0.1:1", transport.APIActor), &messages.ListRequest{}, nil), acceptWait)
 	if err == nil || transporttest.Refused(err) {
 		t.Fatalf("Send to a closed port = %v, want a non-refusal error", err)
 	}

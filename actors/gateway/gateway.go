@@ -112,6 +112,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: --listen %q: %w", cfg.Listen, err)
 	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		// protoactor addresses actors by host:port: peers must use the
+		// address the gateway calls itself.
+		return fmt.Errorf("gateway: --listen %s: give the address clients and supervisors will use (e.g. --listen 192.0.2.10:7420), not a wildcard", cfg.Listen)
+	}
 	port, _ := strconv.Atoi(portStr)
 	// protoactor's remote panics when it cannot listen: check first.
 	if ln, err := net.Listen("tcp", cfg.Listen); err != nil {

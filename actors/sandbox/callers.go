@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -74,4 +75,19 @@ func (a *sandboxActor) relayReply(ctx actor.Context, to *actor.PID, msg proto.Me
 			ctx.Send(requester, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("sandbox %s: the supervisor did not answer: %v", a.name, err)})
 		}
 	})
+}
+
+// helloAddressOK: the session actor a Hello names (where the gateway sends
+// its commands) must be the supervisor's own: its "session" actor, on the
+// host the Hello came from.
+func (a *sandboxActor) helloAddressOK(ctx actor.Context, h *messages.Hello) bool {
+	sup := h.GetSupervisor()
+	host := transport.PeerHost(ctx)
+	supHost, _, err := net.SplitHostPort(sup.GetAddress())
+	if sup != nil && sup.Id == transport.SupervisorSession && (host == "" || (err == nil && supHost == host)) {
+		return true
+	}
+	a.env.Log.Warn().Str("sandbox", a.name).Str("supervisor", sup.String()).Str("from_host", host).Msg("Hello refused: its session address is not the supervisor's")
+	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "the session address must be the supervisor's own session actor"})
+	return false
 }

@@ -70,7 +70,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			a.verb(ctx, m)
 		}
 	case *messages.Hello:
-		if a.from(ctx, trust.RoleSupervisor, a.name) {
+		if a.from(ctx, trust.RoleSupervisor, a.name) && a.helloAddressOK(ctx, m) {
 			a.hello(ctx, m)
 		}
 	case *messages.RelayRequest:

@@ -99,7 +99,7 @@ func (co *clientOpts) dial(cmd *cobra.Command) (*client.Client, error) {
 func request(c *client.Client, msg proto.Message) (*messages.Reply, error) {
 	reply, err := c.Request(context.Background(), msg)
 	if err != nil {
-		if errors.Is(err, client.ErrUnreachable) {
+		if errors.Is(err, client.ErrUnreachable) || errors.Is(err, client.ErrRefused) {
 			return nil, &exitError{exitUnreachable, err}
 		}
 		return nil, &exitError{exitFailure, err}

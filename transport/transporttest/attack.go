@@ -208,9 +208,10 @@ func OtherCA(dir string, id trust.Identity) (*tls.Config, error) {
 // Refused reports whether err is a server-side refusal of a stream or call
 // (gRPC codes PermissionDenied, InvalidArgument, ResourceExhausted,
 // Unauthenticated, Unimplemented, Internal) or a failed TLS handshake
-// (codes.Unavailable with a tls/handshake/EOF/connection-reset message).
-// A server that is not there (connection refused), a deadline and a
-// cancellation are not refusals.
+// (codes.Unavailable with a tls/handshake/EOF/connection-reset/broken-pipe
+// message: the server alerted or hung up during the handshake). A server
+// that is not there (connection refused), a deadline and a cancellation are
+// not refusals.
 func Refused(err error) bool {
 	if err == nil {
 		return false
@@ -225,7 +226,7 @@ func Refused(err error) bool {
 		return true
 	case codes.Unavailable:
 		msg := strings.ToLower(st.Message())
-		for _, s := range []string{"tls", "handshake", "eof", "connection reset", "reset by peer"} {
+		for _, s := range []string{"tls", "handshake", "eof", "connection reset", "broken pipe"} {
 			if strings.Contains(msg, s) {
 				return true
 			}

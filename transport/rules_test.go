@@ -1,0 +1,119 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// TestRulesCheck is the authorization table of each endpoint kind: who may
+// send what to which actor id.
+func TestRulesCheck(t *testing.T) {
+	t.Parallel()
+	var (
+		client  = trust.Identity{Role: trust.RoleClient, Name: "alice"}
+		supA    = trust.Identity{Role: trust.RoleSupervisor, Name: "a"}
+		gateway = trust.Identity{Role: trust.RoleGateway, Name: "node1"}
+	)
+	typ := func(m proto.Message) string { return names(m)[0] }
+	sessA := GatewaySessionPrefix("a") + "1"
+	for _, tc := range []struct {
+		table string
+		rules Rules
+		peer  trust.Identity
+		id    string
+		typ   string
+		want  string
+	}{
+		// gateway: clients
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.ListRequest{}), ""},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.CreateRequest{}), ""},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.RevokeRequest{}), ""},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.Hello{}), ReasonMessageType},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.Reply{}), ReasonMessageType},
+		{"gateway", GatewayRules(), client, APIActor, deadLetterResponse, ReasonMessageType},
+		{"gateway", GatewayRules(), client, APIActor, "stockade.v1.NoSuchMessage", ReasonMessageType},
+		{"gateway", GatewayRules(), client, APIActor, typ(&actor.Stop{}), ReasonSystemMessage},
+		{"gateway", GatewayRules(), client, APIActor, typ(&actor.PoisonPill{}), ReasonSystemMessage},
+		{"gateway", GatewayRules(), client, APIActor, typ(&actor.Watch{}), ReasonSystemMessage},
+		{"gateway", GatewayRules(), client, APIActor, typ(&actor.Terminated{}), ReasonSystemMessage},
+		{"gateway", GatewayRules(), client, HelloActor, typ(&messages.Hello{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, SandboxesActor, typ(&messages.ListRequest{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, sessA, typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, "api/x", typ(&messages.ListRequest{}), ReasonTarget},
+		// gateway: supervisors
+		{"gateway", GatewayRules(), supA, HelloActor, typ(&messages.Hello{}), ""},
+		{"gateway", GatewayRules(), supA, HelloActor, typ(&messages.Heartbeat{}), ReasonMessageType},
+		{"gateway", GatewayRules(), supA, sessA, typ(&messages.Heartbeat{}), ""},
+		{"gateway", GatewayRules(), supA, sessA, typ(&messages.WorkloadExited{}), ""},
+		{"gateway", GatewayRules(), supA, sessA, typ(&messages.BoundaryFailed{}), ""},
+		{"gateway", GatewayRules(), supA, sessA, typ(&messages.Hello{}), ReasonMessageType},
+		{"gateway", GatewayRules(), supA, sessA, typ(&actor.Stop{}), ReasonSystemMessage},
+		{"gateway", GatewayRules(), supA, GatewaySessionPrefix("a"), typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, sessA + "/x", typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, GatewaySessionPrefix("b") + "1", typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, GatewaySessionPrefix("ab") + "1", typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, SandboxActorID("a"), typ(&messages.Heartbeat{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, "future$7", typ(&messages.Reply{}), ""},
+		{"gateway", GatewayRules(), supA, "future$7", deadLetterResponse, ""},
+		{"gateway", GatewayRules(), supA, "future$7", typ(&messages.HelloAck{}), ReasonMessageType},
+		{"gateway", GatewayRules(), supA, "xfuture$7", typ(&messages.Reply{}), ReasonTarget},
+		// gateway: other gateway nodes (no routes yet)
+		{"gateway", GatewayRules(), gateway, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
+		{"gateway", GatewayRules(), gateway, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		// supervisor
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.SetPolicy{}), ""},
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.OpenRelay{}), ""},
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.FaultRequest{}), ""},
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.Heartbeat{}), ReasonMessageType},
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&actor.Stop{}), ReasonSystemMessage},
+		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.HelloAck{}), ""},
+		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.HeartbeatAck{}), ""},
+		{"supervisor", SupervisorRules(), gateway, "future$2", deadLetterResponse, ""},
+		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.Reply{}), ReasonMessageType},
+		{"supervisor", SupervisorRules(), gateway, "session2", typ(&messages.SetPolicy{}), ReasonTarget},
+		{"supervisor", SupervisorRules(), client, SupervisorSession, typ(&messages.SetPolicy{}), ReasonTarget},
+		{"supervisor", SupervisorRules(), supA, SupervisorSession, typ(&messages.SetPolicy{}), ReasonTarget},
+		// client
+		{"client", ClientRules(), gateway, "future$3", typ(&messages.Reply{}), ""},
+		{"client", ClientRules(), gateway, "future$3", deadLetterResponse, ""},
+		{"client", ClientRules(), gateway, "future$3", typ(&messages.HelloAck{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, "future$3", typ(&actor.Terminated{}), ReasonSystemMessage},
+		{"client", ClientRules(), gateway, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
+		{"client", ClientRules(), client, "future$3", typ(&messages.Reply{}), ReasonTarget},
+		{"client", ClientRules(), supA, "future$3", typ(&messages.Reply{}), ReasonTarget},
+		// empty table refuses everything
+		{"none", nil, client, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
+	} {
+		if got := tc.rules.check(tc.peer, tc.id, tc.typ); got != tc.want {
+			t.Errorf("%s rules: %s -> %q %s = %q, want %q", tc.table, tc.peer, tc.id, tc.typ, got, tc.want)
+		}
+	}
+}
+
+// TestSystemMessage: protoactor's own types are system messages but the
+// dead-letter reply; stockade's are not.
+func TestSystemMessage(t *testing.T) {
+	t.Parallel()
+	for typ, want := range map[string]bool{
+		"actor.Stop":              true,
+		"actor.PoisonPill":        true,
+		"actor.Watch":             true,
+		"actor.Unwatch":           true,
+		"actor.Terminated":        true,
+		deadLetterResponse:        false,
+		"stockade.v1.ListRequest": false,
+		"remote.ActorPidRequest":  false,
+		"actorx.Stop":             false,
+	} {
+		if got := systemMessage(typ); got != want {
+			t.Errorf("systemMessage(%q) = %v, want %v", typ, got, want)
+		}
+	}
+}
