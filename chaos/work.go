@@ -22,7 +22,6 @@ type ledger struct {
 	denials map[string]map[string]int
 	execs   execStats
 	bad     []string // exec outcomes that broke the exec invariant
-	probes  []string // failed "next one works" probes
 }
 
 type ackedFile struct {

@@ -42,7 +42,6 @@ type world struct {
 	gw      *exec.Cmd
 	gwDone  chan struct{}
 	cl      *client.Client
-	gwLog   *os.File
 	// down is set while the gateway is known to be down (killed, not yet
 	// restarted): failures then are expected.
 	downSince time.Time

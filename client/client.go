@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,10 +24,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/internal/logx"
@@ -125,33 +122,33 @@ func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
 	return c, nil
 }
 
-// probe makes one TLS connection and one call of a method no endpoint
-// serves (gRPC answers Unimplemented once the handshake passed): a refused
-// certificate shows here at once, with its cause, instead of as a request
-// that never gets an answer.
+// probe makes one TLS connection and starts HTTP/2 on it: with TLS 1.3
+// the gateway judges the client's certificate after the client's side of
+// the handshake is done, so a refusal shows as the connection failing
+// before the gateway's first HTTP/2 frame arrives. It is reported at once,
+// with its cause, instead of as a request that is never answered.
 func probe(addr string, kp tls.Certificate, ver *trust.Verifier) error {
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(kp, ver))))
-	if err != nil {
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: trust.ClientConfig(kp, ver)}
+	conn, err := d.Dial("tcp", addr)
+	var pe *trust.PeerError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("%w: the gateway at %s is not one of this configuration's CA (%v): check --config and --gateway", ErrRefused, addr, err)
+	case err != nil:
 		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = conn.Invoke(ctx, probeMethod, &messages.ListRequest{}, &messages.Reply{})
-	switch c := status.Code(err); {
-	case c == codes.Unimplemented:
-		return nil
-	case strings.Contains(err.Error(), "tls peer refused"):
-		return fmt.Errorf("%w: the gateway at %s is not one of this configuration's CA (%v): check --config and --gateway", ErrRefused, addr, err)
-	case strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls"):
-		return fmt.Errorf("%w: the gateway at %s refused this client's certificate (revoked, expired, or from another gateway's CA): %v; ask its operator for a new one (stockade client issue NAME --out FILE)", ErrRefused, addr, err)
-	default:
-		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	// The HTTP/2 client preface and an empty SETTINGS frame; the server
+	// answers with its SETTINGS frame (9 bytes of header at least).
+	if _, err = io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err == nil {
+		_, err = io.ReadFull(conn, make([]byte, 9))
 	}
+	if err != nil {
+		return fmt.Errorf("%w: the gateway at %s refused this client's certificate (revoked, expired, or from another gateway's CA): %v; ask its operator for a new one (stockade client issue NAME --out FILE)", ErrRefused, addr, err)
+	}
+	return nil
 }
-
-// probeMethod is served by no endpoint.
-const probeMethod = "/stockade.v1.Probe/Handshake"
 
 // Addr returns the gateway's address.
 func (c *Client) Addr() string { return c.addr }

@@ -43,6 +43,8 @@ type world struct {
 	metrics string
 	// stopped: shutdown ran (it runs once).
 	stopped bool
+	// bindRetries counts restarts that found their port taken.
+	bindRetries int
 }
 
 // nobody is the unprivileged user the "unprivileged" runs use.
@@ -182,6 +184,15 @@ func (w *world) startGateway() {
 		default:
 		}
 	case err := <-w.gwDone:
+		// A restart keeps its port (supervisors know it); an outgoing
+		// connection of another process may hold that (ephemeral) port
+		// for a moment: try again.
+		if listen != "127.0.0.1:0" && strings.Contains(w.gwLog.String(), "address already in use") && w.bindRetries < 40 {
+			w.bindRetries++
+			time.Sleep(250 * time.Millisecond)
+			w.startGateway()
+			return
+		}
 		w.t.Fatalf("gateway exited: %v\n%s", err, w.gwLog)
 	case <-time.After(20 * time.Second):
 		w.t.Fatalf("gateway not ready in 20 s\n%s", w.gwLog)

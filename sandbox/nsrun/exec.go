@@ -47,7 +47,7 @@ func (e ExecSpec) request() (*execRequest, error) {
 		return nil, fmt.Errorf("workdir %q is not an absolute path", wd)
 	}
 	if e.Setctty && (!e.Setsid || e.Stdin == nil) {
-		return nil, errors.New("Setctty needs Setsid and a terminal as Stdin")
+		return nil, errors.New("a controlling terminal (Setctty) needs Setsid and a terminal as Stdin")
 	}
 	return &execRequest{Argv: e.Argv, Env: workloadEnv(e.Env, wd), Workdir: wd, Setsid: e.Setsid, Setctty: e.Setctty}, nil
 }

@@ -195,7 +195,7 @@ func TestExec(t *testing.T) {
 			{"not in PATH", ExecSpec{Argv: []string{"nsrun-no-such-command"}}, "nsrun-no-such-command: executable not found in PATH"},
 			{"workdir", ExecSpec{Argv: []string{"true"}, Workdir: "/nsrun-no-such-dir"}, "workdir /nsrun-no-such-dir: no such file"},
 			{"empty argv", ExecSpec{}, "empty Argv"},
-			{"ctty without session", ExecSpec{Argv: []string{"true"}, Setctty: true}, "Setctty needs Setsid"},
+			{"ctty without session", ExecSpec{Argv: []string{"true"}, Setctty: true}, "(Setctty) needs Setsid"},
 			{"ctty not a terminal", ExecSpec{Argv: []string{"true"}, Stdin: pipeR, Setsid: true, Setctty: true}, "exec stage: start"},
 			{"closed descriptor", ExecSpec{Argv: []string{"true"}, Stdout: closedW}, "bad file descriptor"},
 		} {
