@@ -60,3 +60,34 @@ func TestSessionCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionCommandsForAnotherSandbox: a command that names another
+// sandbox or instance is refused (the gateway sends to the session address
+// a Hello named; a wrong one must not change this supervisor).
+func TestSessionCommandsForAnotherSandbox(t *testing.T) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	faults := fault.NewSet()
+	s := &session{log: zerolog.Nop(), api: actor.NewPID("nowhere:1", transport.HelloActor), chaos: true, faults: faults,
+		hello: &messages.Hello{Sandbox: "a", Instance: "i1"}, restarts: func() map[string]int64 { return nil }}
+	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), transport.SupervisorSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := map[string]string{transport.PeerHeader: "gateway:local"}
+	for _, msg := range []any{
+		&messages.FaultRequest{Name: "b", Rule: "identity.lookup=error:1"},
+		&messages.SetPolicy{Sandbox: "b", Instance: "i1", Policy: []byte("version: 1\n"), Version: 9},
+		&messages.SetPolicy{Sandbox: "a", Instance: "i0", Policy: []byte("version: 1\n"), Version: 9},
+	} {
+		f := actor.NewFuture(sys, 5*time.Second)
+		sys.Root.Send(pid, &actor.MessageEnvelope{Header: gw, Message: msg, Sender: f.PID()})
+		res, err := f.Result()
+		if r, ok := res.(*messages.Reply); err != nil || !ok || r.Status != messages.Status_STATUS_INVALID {
+			t.Fatalf("%T %v: reply %v %v, want INVALID", msg, msg, res, err)
+		}
+	}
+	if faults.Inject(fault.IdentityLookup) != nil {
+		t.Fatal("a fault for sandbox b was armed in a's supervisor")
+	}
+}
