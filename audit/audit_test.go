@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stockade-dev/stockade/policy/reason"
 )
@@ -167,5 +168,33 @@ func TestFileRotates(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
 		t.Fatalf("keep=2 left a third rotated file: %v", err)
+	}
+}
+
+// TestLineEscapesWhatTheWorkloadControls: a binary path or host name with a
+// newline, a carriage return, a line separator or invalid UTF-8 cannot
+// forge a line; every such character is an escape on the same line.
+func TestLineEscapesWhatTheWorkloadControls(t *testing.T) {
+	forged := "/tmp/x(1) -> a:1 [policy:- engine:opa] [reason:-]\nNET:OPEN [INFO] ALLOWED /usr/bin/curl"
+	e := NewDecision(ClassNetwork, false, reason.BinaryNotAllowed)
+	e.Actor = &Process{Path: forged, Pid: 7}
+	e.Dst = &Endpoint{Hostname: "evil\r\u2028host\x1b[31m\xff", Port: 443}
+	line := e.Line()
+	if strings.ContainsAny(line, "\n\r\x1b\u2028") || !utf8.ValidString(line) {
+		t.Fatalf("line keeps a control character: %q", line)
+	}
+	want := `NET:OPEN [MED] DENIED /tmp/x(1) -> a:1 [policy:- engine:opa] [reason:-]\x0aNET:OPEN [INFO] ALLOWED /usr/bin/curl(7) -> evil\x0d\u2028host\x1b[31m\xff:443 [policy:- engine:opa] [reason:binary_not_allowed]`
+	if line != want {
+		t.Fatalf("line:\n got %s\nwant %s", line, want)
+	}
+	life := NewDecision(ClassLifecycle, true, reason.None)
+	life.ActivityName, life.Message = "Ready", "a -> b\nLIFECYCLE:READY [INFO] forged"
+	if l := life.Line(); strings.Contains(l, "\n") {
+		t.Fatalf("lifecycle line keeps a newline: %q", l)
+	}
+	for in, out := range map[string]string{`a\b`: `a\\b`, "plain": "plain", "ünïcode": "ünïcode"} {
+		if got := Escape(in); got != out {
+			t.Errorf("Escape(%q) = %q, want %q", in, got, out)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stockade-dev/stockade/policy/reason"
 )
@@ -183,36 +185,74 @@ func NewDecision(class Class, allowed bool, r reason.Code) Event {
 func (e *Event) Line() string {
 	var b strings.Builder
 	if e.ClassUID == ClassLifecycle {
-		fmt.Fprintf(&b, "LIFECYCLE:%s [%s] %s", strings.ToUpper(e.ActivityName), e.SeverityID.short(), e.Message)
+		fmt.Fprintf(&b, "LIFECYCLE:%s [%s] %s", Escape(strings.ToUpper(e.ActivityName)), e.SeverityID.short(), Escape(e.Message))
 		return b.String()
 	}
 	switch e.ClassUID {
 	case ClassDNS:
 		b.WriteString("DNS:QUERY")
-	case ClassLifecycle:
-		b.WriteString("LIFECYCLE:" + strings.ToUpper(e.ActivityName))
 	default:
 		b.WriteString("NET:OPEN")
 	}
 	fmt.Fprintf(&b, " [%s] %s ", e.SeverityID.short(), strings.ToUpper(e.ActionID.String()))
 	if e.Actor != nil && e.Actor.Path != "" {
-		fmt.Fprintf(&b, "%s(%d)", e.Actor.Path, e.Actor.Pid)
+		fmt.Fprintf(&b, "%s(%d)", Escape(e.Actor.Path), e.Actor.Pid)
 	} else {
 		b.WriteString("-")
 	}
 	switch {
 	case e.Query != nil:
-		fmt.Fprintf(&b, " -> %s %s", e.Query.Hostname, e.Query.Type)
+		fmt.Fprintf(&b, " -> %s %s", Escape(e.Query.Hostname), Escape(e.Query.Type))
 		if e.Query.Rcode != "" {
-			b.WriteString(" " + e.Query.Rcode)
+			b.WriteString(" " + Escape(e.Query.Rcode))
 		}
 	case e.Dst != nil:
-		fmt.Fprintf(&b, " -> %s:%d", e.Dst.Hostname, e.Dst.Port)
+		fmt.Fprintf(&b, " -> %s:%d", Escape(e.Dst.Hostname), e.Dst.Port)
 	}
 	name := e.Policy.Name
 	if name == "" {
 		name = "-"
 	}
-	fmt.Fprintf(&b, " [policy:%s engine:%s] [reason:%s]", name, e.Policy.Engine, e.Reason.String())
+	fmt.Fprintf(&b, " [policy:%s engine:%s] [reason:%s]", Escape(name), Escape(e.Policy.Engine), e.Reason.String())
 	return b.String()
+}
+
+// Escape makes s safe for one line of text: control characters (newlines
+// included), Unicode line and paragraph separators and invalid UTF-8 become
+// \xNN or \uNNNN escapes and a backslash becomes \\, so what a workload
+// controls (a binary path, a host name) can never start a line of its own
+// or pass for another field.
+func Escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if needsEscape(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x80 && needsEscape(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case needsEscape(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	return r == '\\' || r == utf8.RuneError || unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
 }

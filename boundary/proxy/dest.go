@@ -27,14 +27,40 @@ var (
 	metadata6 = netip.MustParsePrefix("fd00:ec2::254/128")
 )
 
+// ControlPlanePorts are never dialed for an exact-host or allowed_ips
+// endpoint, whatever the address (as OpenShell): etcd client and peer, the
+// Kubernetes API server, the kubelet API and its read-only port.
+func ControlPlanePorts() []int { return []int{2379, 2380, 6443, 10250, 10255} }
+
+// CheckPort refuses a control-plane port for an exact-host or allowed_ips
+// endpoint.
+func CheckPort(port int, r DestRule) (reason.Code, string) {
+	if !r.ExactHost && len(r.AllowedIPs) == 0 {
+		return reason.None, ""
+	}
+	for _, p := range ControlPlanePorts() {
+		if p == port {
+			return reason.InternalAddressBlocked, fmt.Sprintf("port %d is a control-plane port (etcd, Kubernetes API, kubelet)", port)
+		}
+	}
+	return reason.None, ""
+}
+
 // CheckAddr applies DESIGN.md's internal-address rules to one resolved
 // destination: link-local, metadata and unspecified addresses are always
 // blocked; loopback only with AllowLoopback; private ranges only when listed
 // in allowed_ips or when the endpoint is an exact host. When allowed_ips is
-// set, every destination must fall inside it. It returns reason.None when
-// the address may be dialed, else InternalAddressBlocked and why.
+// set, every destination must fall inside it. An IPv6 address that carries
+// an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo) must pass the rules
+// as that IPv4 address too. It returns reason.None when the address may be
+// dialed, else InternalAddressBlocked and why.
 func CheckAddr(a netip.Addr, r DestRule) (reason.Code, string) {
 	a = a.Unmap()
+	for _, v4 := range Embedded4(a) {
+		if code, why := CheckAddr(v4, r); code != reason.None {
+			return code, fmt.Sprintf("%s carries %s: %s", a, v4, why)
+		}
+	}
 	inAllowed := false
 	for _, p := range r.AllowedIPs {
 		if p.Contains(a) {
@@ -62,6 +88,42 @@ func CheckAddr(a netip.Addr, r DestRule) (reason.Code, string) {
 		return reason.InternalAddressBlocked, fmt.Sprintf("%s is a private address; list it in the endpoint's allowed_ips", a)
 	}
 	return reason.None, ""
+}
+
+// Embedded4 returns the IPv4 addresses an IPv6 address carries by a
+// transition scheme: IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96, and
+// the local-use 64:ff9b:1::/48 read at both its /48 and /96 positions),
+// 6to4 (2002::/16) and Teredo (2001::/32: server and obfuscated client).
+// IPv4-mapped addresses are unmapped by the caller.
+func Embedded4(a netip.Addr) []netip.Addr {
+	if !a.Is6() || a.Is4In6() {
+		return nil
+	}
+	b := a.As16()
+	v4 := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{b[i], b[i+1], b[i+2], b[i+3]}) }
+	zero := func(from, to int) bool {
+		for _, x := range b[from:to] {
+			if x != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case zero(0, 12) && !zero(12, 14): // ::a.b.c.d, not :: or ::1
+		return []netip.Addr{v4(12)}
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zero(4, 12): // 64:ff9b::/96
+		return []netip.Addr{v4(12)}
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0x00 && b[5] == 0x01: // 64:ff9b:1::/48
+		// RFC 6052 at /48: bits 48-63 and 72-87 (byte 8 is the u octet).
+		return []netip.Addr{netip.AddrFrom4([4]byte{b[6], b[7], b[9], b[10]}), v4(12)}
+	case b[0] == 0x20 && b[1] == 0x02: // 2002:a.b.c.d::/48
+		return []netip.Addr{v4(2)}
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00: // Teredo
+		c := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		return []netip.Addr{v4(4), netip.AddrFrom4(c)}
+	}
+	return nil
 }
 
 func isPrivate(a netip.Addr) bool {
@@ -101,6 +163,9 @@ func Resolve(ctx context.Context, res Resolver, host string) ([]netip.Addr, erro
 // the first permitted one (never re-resolving: what was checked is what is
 // dialed). blocked is non-empty when every address was refused by the rules.
 func DialChecked(ctx context.Context, d *net.Dialer, res Resolver, host string, port int, rule DestRule) (conn net.Conn, blocked string, err error) {
+	if code, why := CheckPort(port, rule); code != reason.None {
+		return nil, why, nil
+	}
 	addrs, err := Resolve(ctx, res, host)
 	if err != nil {
 		return nil, "", err

@@ -37,6 +37,19 @@ func TestCheckAddr(t *testing.T) {
 		{"100.64.0.1", DestRule{}, reason.InternalAddressBlocked},
 		{"fc00::1", DestRule{}, reason.InternalAddressBlocked},
 		{"93.184.216.34", DestRule{AllowedIPs: p("10.0.0.0/8")}, reason.InternalAddressBlocked},
+		// IPv4 carried in IPv6 is checked as IPv4.
+		{"64:ff9b::a9fe:a9fe", DestRule{ExactHost: true}, reason.InternalAddressBlocked},             // NAT64 169.254.169.254
+		{"64:ff9b::5db8:d822", DestRule{}, reason.None},                                              // NAT64 93.184.216.34
+		{"64:ff9b:1:a9fe:a9:fe00::", DestRule{ExactHost: true}, reason.InternalAddressBlocked},       // local-use NAT64 /48, 169.254.169.254
+		{"64:ff9b:1::a9fe:a9fe", DestRule{ExactHost: true}, reason.InternalAddressBlocked},           // local-use NAT64 /96
+		{"2002:a9fe:a9fe::1", DestRule{ExactHost: true}, reason.InternalAddressBlocked},              // 6to4
+		{"2002:7f00:1::1", DestRule{}, reason.InternalAddressBlocked},                                // 6to4 127.0.0.1
+		{"2002:5db8:d822::1", DestRule{}, reason.None},                                               // 6to4 93.184.216.34
+		{"2001:0:a9fe:a9fe::1", DestRule{ExactHost: true}, reason.InternalAddressBlocked},            // Teredo server 169.254.169.254
+		{"2001:0:5db8:d822:0:0:5601:5601", DestRule{ExactHost: true}, reason.InternalAddressBlocked}, // Teredo client ^0x5601... = 169.254.169.254
+		{"::a9fe:a9fe", DestRule{ExactHost: true}, reason.InternalAddressBlocked},                    // IPv4-compatible
+		{"::ffff:169.254.169.254", DestRule{ExactHost: true}, reason.InternalAddressBlocked},         // IPv4-mapped
+		{"2001:db8::1", DestRule{}, reason.None},
 	}
 	for _, tc := range cases {
 		got, why := CheckAddr(netip.MustParseAddr(tc.addr), tc.rule)
@@ -109,5 +122,26 @@ func TestDenialBody(t *testing.T) {
 	s := b.String()
 	if !strings.HasPrefix(s, "HTTP/1.1 403 Forbidden\r\n") || !strings.Contains(s, `{"error":"policy_denied","reason":"endpoint_not_allowed","policy":"-","host":"h","port":1}`) {
 		t.Fatalf("403:\n%s", s)
+	}
+}
+
+func TestCheckPort(t *testing.T) {
+	allowed := DestRule{AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, tc := range []struct {
+		port int
+		rule DestRule
+		want reason.Code
+	}{
+		{6443, DestRule{ExactHost: true}, reason.InternalAddressBlocked},
+		{2379, allowed, reason.InternalAddressBlocked},
+		{2380, allowed, reason.InternalAddressBlocked},
+		{10250, DestRule{ExactHost: true}, reason.InternalAddressBlocked},
+		{10255, allowed, reason.InternalAddressBlocked},
+		{443, DestRule{ExactHost: true}, reason.None},
+		{6443, DestRule{}, reason.None}, // a wildcard endpoint, as OpenShell
+	} {
+		if got, why := CheckPort(tc.port, tc.rule); got != tc.want || (got != reason.None && why == "") {
+			t.Errorf("CheckPort(%d, %+v) = %q %q, want %q", tc.port, tc.rule, got, why, tc.want)
+		}
 	}
 }
