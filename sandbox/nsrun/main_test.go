@@ -23,6 +23,8 @@ func TestMain(m *testing.M) {
 		os.Exit(supervisorHelper())
 	case helperUnprivileged:
 		os.Exit(unprivilegedHelper())
+	case helperSeccomp:
+		os.Exit(seccompHelper())
 	}
 	os.Exit(m.Run())
 }

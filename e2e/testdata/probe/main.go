@@ -1,0 +1,40 @@
+// Command probe is a hostile workload's toolkit for the e2e containment
+// tests: it tries system calls a sandbox must refuse and prints one line
+// per attempt, "NAME errno=N" (0: it worked).
+package main
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	var params [120]byte
+	key, ring := []byte("user\x00"), []byte("k\x00")
+	try := func(name string, nr uintptr, a ...uintptr) {
+		args := append(a, 0, 0, 0, 0, 0, 0)
+		r, _, e := unix.Syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5])
+		if e == 0 && (nr == unix.SYS_SOCKET || nr == unix.SYS_IO_URING_SETUP) {
+			_ = unix.Close(int(r))
+		}
+		fmt.Printf("%s errno=%d\n", name, int(e))
+	}
+	try("io_uring_setup", unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params)))
+	try("keyctl", unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, ^uintptr(1), 0)
+	try("add_key", unix.SYS_ADD_KEY, uintptr(unsafe.Pointer(&key[0])), uintptr(unsafe.Pointer(&ring[0])), 0, 0, ^uintptr(1))
+	try("unshare_user", unix.SYS_UNSHARE, unix.CLONE_NEWUSER)
+	try("unshare_net", unix.SYS_UNSHARE, unix.CLONE_NEWNET|unix.CLONE_NEWNS)
+	try("socket_packet", unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW, 0x0300)
+	try("socket_netlink", unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)
+	try("socket_vsock", unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM)
+	try("socket_raw", unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+	try("socket_tcp", unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM)
+	atFDCWD := uintptr(^uint(99)) // AT_FDCWD, -100
+	dev := []byte(os.TempDir() + "/probe-null\x00")
+	try("mknod", unix.SYS_MKNODAT, atFDCWD, uintptr(unsafe.Pointer(&dev[0])), unix.S_IFCHR|0o666, uintptr(unix.Mkdev(1, 3)))
+	try("mount", unix.SYS_MOUNT, uintptr(unsafe.Pointer(&ring[0])), uintptr(unsafe.Pointer(&dev[0])), uintptr(unsafe.Pointer(&ring[0])), 0, 0)
+	try("getpid", unix.SYS_GETPID)
+}
