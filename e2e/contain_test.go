@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TestWorkloadContainment plays a hostile workload inside a real sandbox
@@ -61,6 +64,10 @@ cp /usr/bin/curl "$FORGED" && "$FORGED" -sS -m 5 -o /dev/null http://other.test:
 while [ ! -x /sandbox/probe ]; do sleep 0.1; done
 /sandbox/probe > /sandbox/probes 2>&1
 echo done > /sandbox/done
+while [ ! -f /sandbox/go-flood ]; do sleep 0.1; done
+/sandbox/probe flood 10500 127.0.0.1:3128 > /sandbox/flood1 2>&1 &
+/sandbox/probe flood 10500 127.0.0.1:3128 > /sandbox/flood2 2>&1
+wait
 exec sleep 1000`
 		w.policy = policy
 		s := w.create("hostile", script)
@@ -108,6 +115,20 @@ exec sleep 1000`
 		if n := strings.Count(out, "[reason:internal_address_blocked]"); n < 2 {
 			t.Errorf("logs --audit has %d internal_address_blocked decisions, want the NAT64 and the control-plane ones:\n%s", n, out)
 		}
+		// A flood of 21,000 connections to the proxy (more descriptors than
+		// the supervisor may have, 20,000 here; the boundary keeps 1,024)
+		// while an exec must still work.
+		write(t, filepath.Join(s.Workspace, "go-flood"), "")
+		fl := w.file(s, "flood1") + w.file(s, "flood2")
+		out, errOut, code := w.cli("exec", "hostile", "--", "/bin/sh", "-c", "echo exec-works")
+		if code != 0 || !strings.Contains(out, "exec-works") {
+			t.Fatalf("exec during a flood (%s): exit %d %s %s", strings.TrimSpace(fl), code, out, errOut)
+		}
+		t.Logf("%s; exec answered", strings.ReplaceAll(strings.TrimSpace(fl), "\n", ", "))
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			out, _, _ := w.cli("logs", "hostile", "--audit")
+			return strings.Contains(out, "[reason:connection_limit]")
+		}, "the connections over the limit to be audited as connection_limit")
 		if r, code := w.get("hostile"); code != 0 || r.Phase != "Ready" || r.WorkloadPid != s.WorkloadPid {
 			t.Fatalf("after the attempts: exit %d %+v", code, r)
 		}

@@ -238,7 +238,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine,
 	b, err := boundary.Start(sys, boundary.Config{
 		Proxy: px, DNSPacket: udp, DNSStream: tcp,
 		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
-		AllowLoopback: sp.AllowLoopback, Audit: audit.Multi{audit.LogSink{Log: log}, af}, Injector: faults,
+		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Audit: audit.Multi{audit.LogSink{Log: log}, af}, Injector: faults,
 		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
 	})
 	if err != nil {

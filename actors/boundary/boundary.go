@@ -34,6 +34,8 @@ type Boundary struct {
 	// listener actor stops (sockets outlive actors otherwise).
 	live    *connSet
 	streams *connSet
+	// inflight counts the query actors that have not ended.
+	inflight atomic.Int64
 	// pool runs the mailboxes of the leaves (conn/N, query/N) on warm
 	// workers: no goroutine creation or stack growth per connection.
 	pool *dispatch.Pool

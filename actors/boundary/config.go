@@ -17,6 +17,9 @@ import (
 	"github.com/stockade-dev/stockade/policy/reason"
 )
 
+// DefaultMaxConns is Config.MaxConns's default.
+const DefaultMaxConns = 1024
+
 // ConnectQuery is what a connection actor asks the policy.
 type ConnectQuery struct {
 	Host         string // normalised: lower-case, no trailing dot
@@ -74,6 +77,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// IdleTimeout bounds an idle DNS-over-TCP connection (default 10 s).
 	IdleTimeout time.Duration
+	// MaxConns caps the concurrent mediated connections (proxy clients and
+	// DNS-over-TCP streams) and, separately, the DNS queries in flight
+	// (default 1,024). Over it a proxy client gets 503 connection_limit and
+	// a query REFUSED, both audited: a flood from the workload cannot take
+	// the descriptors the session and the relays need.
+	MaxConns int
 	// OnGiveUp runs when a listener actor exhausted its restart budget
 	// (10 restarts in 10 s): the boundary can no longer serve.
 	OnGiveUp func(kind string, reason any)
@@ -100,6 +109,9 @@ func (c *Config) defaults() {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 10 * time.Second
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second

@@ -48,8 +48,13 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.start(ctx)
 	case *dnsPacket:
-		a.next++
 		a.b.stats.Queries.Add(1)
+		if int(a.b.inflight.Load()) >= a.b.cfg.MaxConns {
+			a.b.refuseQuery(m)
+			return
+		}
+		a.b.inflight.Add(1)
+		a.next++
 		q := &queryActor{b: a.b, answerer: a.answerer, q: m}
 		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return q }, actor.WithDispatcher(a.b.pool)),
 			"query/"+strconv.FormatUint(a.next, 10)); err != nil {
@@ -73,7 +78,13 @@ func (a *dnsActor) start(ctx actor.Context) {
 		go a.readUDP(pc, send)
 	}
 	if ln := cfg.DNSStream; ln != nil {
-		a.tcp = startAcceptLoop(ln, func(c net.Conn) { go a.readTCP(c, send) },
+		a.tcp = startAcceptLoop(ln, func(c net.Conn) {
+			if a.b.streams.len()+a.b.live.len() >= cfg.MaxConns {
+				a.b.overLimit(c, nil)
+				return
+			}
+			go a.readTCP(c, send)
+		},
 			func(err error) { send(&dnsListenFailed{err: err}) })
 	}
 }
@@ -174,6 +185,12 @@ func (s *connSet) remove(c net.Conn) {
 	_ = c.Close()
 }
 
+func (s *connSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
 func (s *connSet) closeAll() {
 	if s == nil {
 		return
@@ -200,6 +217,7 @@ func (a *queryActor) Receive(ctx actor.Context) {
 		a.answer(ctx)
 		ctx.Stop(ctx.Self()) // not deferred: after a panic the supervisor stops us
 	case *actor.Stopping:
+		a.b.inflight.Add(-1)
 		if !a.replied && a.req != nil {
 			// The query failed in this actor: SERVFAIL, audited.
 			a.b.stats.Faults.Add(1)

@@ -70,6 +70,7 @@ type envOpts struct {
 	identityNone  bool
 	headerTimeout time.Duration
 	auditFile     string
+	maxConns      int
 }
 
 func startEnv(t testing.TB, o envOpts) *env {
@@ -151,7 +152,7 @@ network_policies:
 		Decider: boundary.PolicyDecider(e.engine), Identity: res,
 		Resolver: proxy.UpstreamResolver{Up: h}, DNSUpstream: h,
 		AllowLoopback: true, Audit: sink, Injector: e.faults, Log: log,
-		Counters: supervise.NewCounters(), HeaderTimeout: o.headerTimeout,
+		Counters: supervise.NewCounters(), HeaderTimeout: o.headerTimeout, MaxConns: o.maxConns,
 	})
 	if err != nil {
 		t.Fatal(err)

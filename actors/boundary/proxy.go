@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
@@ -43,8 +44,12 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 			_ = m.conn.Close()
 			panic(fmt.Errorf("proxy listener: %w", err))
 		}
-		a.next++
 		a.b.stats.Conns.Add(1)
+		if a.b.live.len()+a.b.streams.len() >= a.b.cfg.MaxConns {
+			a.b.overLimit(m.conn, proxy.WriteOverLimit)
+			return
+		}
+		a.next++
 		a.b.live.add(m.conn)
 		c := &connActor{b: a.b, conn: m.conn, id: a.next}
 		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(a.b.pool)),

@@ -41,6 +41,8 @@ type Config struct {
 	Hosts         string
 	DNSUpstream   string
 	AllowLoopback bool
+	// MaxConns caps each sandbox's concurrent mediated connections (0: 1,024).
+	MaxConns int
 	Lifecycle     lifecycle.Config
 	// RelayListen is where clients and supervisors meet for SSH relays
 	// (default 127.0.0.1:7421; port 0 picks one).
@@ -165,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 			certPEM, keyPEM, _, err := pk.ca.IssueKeyPair(trust.Identity{Role: trust.RoleSupervisor, Name: name}, supervisorValidity)
 			return spec.Credentials{CA: caPEM, Cert: string(certPEM), Key: string(keyPEM)}, err
 		},
-		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback,
+		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback, MaxConns: cfg.MaxConns,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 

@@ -35,6 +35,7 @@ type Env struct {
 	Hosts         string
 	DNSUpstream   string
 	AllowLoopback bool
+	MaxConns      int // per sandbox (0: the boundary's default)
 	Lifecycle     lifecycle.Config
 	// RelayAddr is where clients and supervisors meet for SSH relays;
 	// RelayListener is the actor pairing them.

@@ -420,7 +420,7 @@ func (a *sandboxActor) launch(inst string) error {
 		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Credentials: creds, Chaos: a.env.Chaos,
 		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
 		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
-		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback,
+		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback, MaxConns: a.env.MaxConns,
 	}
 	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
 		return err

@@ -37,6 +37,15 @@ func WriteBadGateway(w io.Writer, host string, port int, msg string) error {
 	})
 }
 
+// WriteOverLimit writes a 503 connection_limit answer: the sandbox has its
+// maximum of concurrent mediated connections.
+func WriteOverLimit(w io.Writer, limit int) error {
+	return writeJSON(w, http.StatusServiceUnavailable, Denial{
+		Error: string(reason.ConnectionLimit), Reason: reason.ConnectionLimit, Policy: "-",
+		Message: fmt.Sprintf("this sandbox has %d mediated connections open, its maximum: close some and retry", limit),
+	})
+}
+
 // WriteBadRequest writes a 400 bad_request answer.
 func WriteBadRequest(w io.Writer, msg string) error {
 	return writeJSON(w, http.StatusBadRequest, struct {

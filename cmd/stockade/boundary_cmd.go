@@ -44,6 +44,7 @@ type serveOpts struct {
 	auditFile     string
 	identityMode  string
 	allowLoopback bool
+	maxConns      int
 	faults        []string
 	metricsAddr   string
 	cpuProfile    string
@@ -73,6 +74,7 @@ the log as one line each.`,
 	f.StringVar(&o.auditFile, "audit", "", "audit file (JSON lines, rotated); empty: log only")
 	f.StringVar(&o.identityMode, "identity", identity.ModeNetlink, "peer identity: netlink (sock_diag + /proc) or none (endpoint-only, binaries ignored)")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-upstream", false, "allow upstreams on loopback addresses (tests and local demos)")
+	f.IntVar(&o.maxConns, "max-conns", 1024, "concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
 	f.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); empty: off")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until the boundary stops (benchmarks)")
@@ -171,7 +173,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 
 	cfg := boundary.Config{
 		Decider: boundary.PolicyDecider(engine), Identity: resolver, Resolver: res, DNSUpstream: up,
-		AllowLoopback: o.allowLoopback, Audit: sinks, Injector: inj, Log: log,
+		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Audit: sinks, Injector: inj, Log: log,
 		Counters: supervise.NewCounters(),
 	}
 	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)

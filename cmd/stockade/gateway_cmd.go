@@ -68,6 +68,7 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	f.StringVar(&cfg.Hosts, "hosts", "", "static names (/etc/hosts format) for the sandboxes' DNS and proxy (offline use)")
 	f.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT for the sandboxes (default: /etc/resolv.conf)")
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
+	f.IntVar(&cfg.MaxConns, "max-conns", 1024, "per sandbox: concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")

@@ -32,6 +32,10 @@ const (
 	// UpstreamUnreachable: the decision allowed the request but the upstream
 	// could not be reached (HTTP 502; not a policy denial).
 	UpstreamUnreachable Code = "upstream_unreachable"
+	// ConnectionLimit: the sandbox already has its maximum of concurrent
+	// mediated connections or DNS queries (HTTP 503, DNS REFUSED; not a
+	// policy denial).
+	ConnectionLimit Code = "connection_limit"
 )
 
 // All lists every code except None, in a stable order (for tests and docs).
@@ -39,7 +43,7 @@ func All() []Code {
 	return []Code{
 		EndpointNotAllowed, BinaryNotAllowed, IdentityUnavailable,
 		PolicyDNSIneligible, InternalAddressBlocked, PolicyUnavailable,
-		BoundaryFault, UpstreamUnreachable,
+		BoundaryFault, UpstreamUnreachable, ConnectionLimit,
 	}
 }
 

@@ -35,6 +35,9 @@ type Supervisor struct {
 	Hosts         string `json:"hosts,omitempty"`
 	DNSUpstream   string `json:"dnsUpstream,omitempty"`
 	AllowLoopback bool   `json:"allowLoopback,omitempty"`
+	// MaxConns caps the sandbox's concurrent mediated connections and DNS
+	// queries in flight (0: the boundary's default, 1,024).
+	MaxConns int `json:"maxConns,omitempty"`
 }
 
 // Credentials are PEM blocks: the CA certificate, the supervisor's

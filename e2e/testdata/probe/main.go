@@ -5,13 +5,20 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "flood" {
+		flood(os.Args[2], os.Args[3])
+		return
+	}
 	var params [120]byte
 	key, ring := []byte("user\x00"), []byte("k\x00")
 	try := func(name string, nr uintptr, a ...uintptr) {
@@ -37,4 +44,28 @@ func main() {
 	try("mknod", unix.SYS_MKNODAT, atFDCWD, uintptr(unsafe.Pointer(&dev[0])), unix.S_IFCHR|0o666, uintptr(unix.Mkdev(1, 3)))
 	try("mount", unix.SYS_MOUNT, uintptr(unsafe.Pointer(&ring[0])), uintptr(unsafe.Pointer(&dev[0])), uintptr(unsafe.Pointer(&ring[0])), 0, 0)
 	try("getpid", unix.SYS_GETPID)
+}
+
+// flood opens n connections to addr as fast as it can and holds them (a
+// workload exhausting the boundary's descriptors); it prints how many
+// opened, then keeps them for 5 s.
+func flood(count, addr string) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+		lim.Cur = lim.Max
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
+	n, _ := strconv.Atoi(count)
+	var conns []net.Conn
+	failed := 0
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			failed++
+			continue
+		}
+		conns = append(conns, c)
+	}
+	fmt.Printf("flood opened=%d failed=%d\n", len(conns), failed)
+	time.Sleep(5 * time.Second)
 }
