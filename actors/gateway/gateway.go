@@ -42,8 +42,8 @@ type Config struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	// MaxConns caps each sandbox's concurrent mediated connections (0: 1,024).
-	MaxConns int
-	Lifecycle     lifecycle.Config
+	MaxConns  int
+	Lifecycle lifecycle.Config
 	// RelayListen is where clients and supervisors meet for SSH relays
 	// (default 127.0.0.1:7421; port 0 picks one).
 	RelayListen string
