@@ -143,6 +143,9 @@ type Event struct {
 	SeverityName string            `json:"severity"`
 	Sandbox      string            `json:"sandbox,omitempty"`
 	Actor        *Process          `json:"actor,omitempty"`
+	// Holders are every process that held the connection's socket when it
+	// was decided, when more than one did (the actor among them).
+	Holders []Process `json:"holders,omitempty"`
 	Src          *Endpoint         `json:"src_endpoint,omitempty"`
 	Dst          *Endpoint         `json:"dst_endpoint,omitempty"`
 	Query        *Query            `json:"query,omitempty"`
@@ -214,6 +217,16 @@ func (e *Event) Line() string {
 		name = "-"
 	}
 	fmt.Fprintf(&b, " [policy:%s engine:%s] [reason:%s]", Escape(name), Escape(e.Policy.Engine), e.Reason.String())
+	if len(e.Holders) > 1 {
+		b.WriteString(" [holders:")
+		for i, h := range e.Holders {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "%s(%d)", Escape(h.Path), h.Pid)
+		}
+		b.WriteString("]")
+	}
 	return b.String()
 }
 

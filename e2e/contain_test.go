@@ -63,6 +63,7 @@ curl -sS -m 5 -o /dev/null -w '%{http_code}\n' http://kube.test:6443/ > /sandbox
 cp /usr/bin/curl "$FORGED" && "$FORGED" -sS -m 5 -o /dev/null http://other.test:1/ ; echo done > /sandbox/forged
 while [ ! -x /sandbox/probe ]; do sleep 0.1; done
 /sandbox/probe > /sandbox/probes 2>&1
+/sandbox/probe spoof 127.0.0.1:3128 api.test:` + fmt.Sprint(w.webPort) + ` > /sandbox/spoof 2>&1
 echo done > /sandbox/done
 while [ ! -f /sandbox/go-flood ]; do sleep 0.1; done
 /sandbox/probe flood 10500 127.0.0.1:3128 > /sandbox/flood1 2>&1 &
@@ -90,6 +91,11 @@ exec sleep 1000`
 				t.Errorf("%s should work inside the sandbox:\n%s", name, probes)
 			}
 		}
+		// The inherited-socket spoof: the probe's request on a socket an
+		// allowed curl holds too is denied, and the audit lists both.
+		if got := w.file(s, "spoof"); !strings.Contains(got, "403") {
+			t.Errorf("the inherited-socket spoof: %s, want 403", got)
+		}
 		status := w.file(s, "status")
 		if !strings.Contains(status, "Seccomp:\t2") || !strings.Contains(status, "CapBnd:\t00000000000004fb") {
 			t.Errorf("the workload's status: %s, want Seccomp 2 (filter) and CapBnd 00000000000004fb", status)
@@ -111,6 +117,9 @@ exec sleep 1000`
 			if strings.Contains(l, "ALLOWED curl(1) -> api.test:1") && !strings.Contains(l, `\x0a`) {
 				t.Errorf("a forged audit line: %q", l)
 			}
+		}
+		if !regexp.MustCompile(`DENIED \S+\(\d+\) -> api.test:\d+ \[policy:api engine:opa\] \[reason:binary_not_allowed\] \[holders:\S*(probe|curl)\(\d+\),\S*(probe|curl)\(\d+\)\]`).MatchString(out) {
+			t.Errorf("logs --audit lacks the shared-socket denial with both holders:\n%s", out)
 		}
 		if n := strings.Count(out, "[reason:internal_address_blocked]"); n < 2 {
 			t.Errorf("logs --audit has %d internal_address_blocked decisions, want the NAT64 and the control-plane ones:\n%s", n, out)

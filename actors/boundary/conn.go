@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -134,6 +135,19 @@ func (a *connActor) serve(ctx actor.Context) {
 		a.deny(v.Reason, v.Policy, v.Version, v.Message)
 		return
 	}
+	// A socket several processes hold is allowed only if every holder is:
+	// one binary must not borrow another's permission.
+	for _, h := range who.Holders[min(1, len(who.Holders)):] {
+		if h.Exe == who.Exe && slices.Equal(h.Ancestors, who.Ancestors) {
+			continue
+		}
+		hv := cfg.Decider.DecideConnect(context.Background(), ConnectQuery{Host: req.Host, Port: req.Port, Exe: h.Exe, Ancestors: h.Ancestors})
+		if !hv.Allow {
+			a.deny(reason.BinaryNotAllowed, hv.Policy, hv.Version,
+				fmt.Sprintf("the socket is shared by %d processes and %s (pid %d) may not reach %s:%d: %s", len(who.Holders), h.Exe, h.Pid, req.Host, req.Port, hv.Message))
+			return
+		}
+	}
 
 	a.step = stepDial
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
@@ -200,6 +214,9 @@ func (a *connActor) record(allowed bool, code reason.Code, policy string, versio
 	e := audit.NewDecision(audit.ClassNetwork, allowed, code)
 	e.Sandbox = a.b.cfg.Sandbox
 	e.Actor = &audit.Process{Path: a.who.Exe, Pid: a.who.Pid, Ancestors: a.who.Ancestors}
+	for _, h := range a.who.Holders {
+		e.Holders = append(e.Holders, audit.Process{Path: h.Exe, Pid: h.Pid, Ancestors: h.Ancestors})
+	}
 	if a.req != nil {
 		e.Dst = &audit.Endpoint{Hostname: a.req.Host, Port: a.req.Port}
 	}

@@ -21,6 +21,18 @@ type Identity struct {
 	// UID is the socket's owner uid as reported by sock_diag (in the user
 	// namespace of the sock_diag socket's creator).
 	UID uint32
+	// Holders are every candidate process holding the socket, this one
+	// first, when more than one does (an inherited or passed socket); nil
+	// otherwise. Filled when the candidates are a bounded set (WithPids: a
+	// sandbox's processes), where the check is complete and cheap.
+	Holders []Holder
+}
+
+// Holder is one process holding a socket.
+type Holder struct {
+	Pid       int
+	Exe       string
+	Ancestors []string
 }
 
 // Resolver finds the Identity behind an accepted connection.

@@ -415,3 +415,50 @@ func TestStopAtEndsTheWalk(t *testing.T) {
 		t.Fatalf("exe %q ancestors %q: want curl and no ancestors (its parent is the stop pid)", id.Exe, id.Ancestors)
 	}
 }
+
+// TestSharedSocketHolders: a socket inherited by a child is held by two
+// processes; with a bounded candidate set every holder is reported (the
+// newest found first), each with its own binary.
+func TestSharedSocketHolders(t *testing.T) {
+	sleep := lookPath(t, "sleep")
+	ln := listen(t, "tcp4", "127.0.0.1:0")
+	client, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := accept(t, ln)
+	f, err := client.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(sleep, "30")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	pids := func() ([]int, error) { return []int{os.Getpid(), child.Process.Pid}, nil }
+	id := resolve(t, newResolver(t, WithPids(pids)), server)
+	if len(id.Holders) != 2 || id.Holders[0].Pid != id.Pid || id.Holders[0].Exe != id.Exe {
+		t.Fatalf("holders %+v (identity pid %d %s), want both processes, the identity first", id.Holders, id.Pid, id.Exe)
+	}
+	got := map[int]string{}
+	for _, h := range id.Holders {
+		got[h.Pid] = h.Exe
+	}
+	if got[os.Getpid()] != selfExe(t) || got[child.Process.Pid] != sleep {
+		t.Fatalf("holders %v, want %d=%s and %d=%s", got, os.Getpid(), selfExe(t), child.Process.Pid, sleep)
+	}
+	// Unbounded candidates (the standalone boundary on the host): one owner.
+	if all := resolve(t, newResolver(t), server); all.Holders != nil {
+		t.Fatalf("holders without WithPids: %+v", all.Holders)
+	}
+	// Once the child is gone, one holder: no list.
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	if one := resolve(t, newResolver(t, WithPids(pids)), server); one.Holders != nil || one.Pid != os.Getpid() {
+		t.Fatalf("after the child exited: %+v", one)
+	}
+}

@@ -159,7 +159,43 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 		return Identity{}, fmt.Errorf("pid %d released socket inode %d: %w", ref.pid, d.inode, errOwnerGone)
 	}
 	r.cache.owned(ref.pid)
-	return Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}, nil
+	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}
+	if !r.allProcs {
+		holders, err := r.otherHolders(ref.pid, d.inode)
+		if err != nil {
+			return Identity{}, err
+		}
+		if len(holders) > 0 {
+			id.Holders = append([]Holder{{Pid: ref.pid, Exe: exe, Ancestors: anc}}, holders...)
+		}
+	}
+	return id, nil
+}
+
+// otherHolders scans every other candidate for the socket: a socket
+// inherited by a child or passed over a unix socket is held by several
+// processes, and each may write on it.
+func (r *Netlink) otherHolders(owner int, inode uint32) ([]Holder, error) {
+	pids, err := r.pids()
+	if err != nil {
+		return nil, fmt.Errorf("candidate pids: %w", err)
+	}
+	var out []Holder
+	for _, pid := range pids {
+		if pid == owner {
+			continue
+		}
+		fd, err := r.proc.scanFds(pid, inode, func(uint32, fdRef) {})
+		if err != nil || fd < 0 {
+			continue // gone, or not a holder
+		}
+		exe, err := r.proc.exe(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		out = append(out, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
+	}
+	return out, nil
 }
 
 // owner finds the fd holding the socket: a validated cache hit, else a scan

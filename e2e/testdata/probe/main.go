@@ -4,10 +4,13 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -17,6 +20,10 @@ import (
 func main() {
 	if len(os.Args) == 4 && os.Args[1] == "flood" {
 		flood(os.Args[2], os.Args[3])
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "spoof" {
+		spoof(os.Args[2], os.Args[3])
 		return
 	}
 	var params [120]byte
@@ -68,4 +75,35 @@ func flood(count, addr string) {
 	}
 	fmt.Printf("flood opened=%d failed=%d\n", len(conns), failed)
 	time.Sleep(5 * time.Second)
+}
+
+// spoof opens a connection to the proxy, lets an allowed binary
+// (/usr/bin/curl, kept busy reading /dev/zero slowly) inherit it, then sends its own request on
+// it: identity must not take the newest holder's word. It prints the
+// status line's code.
+func spoof(proxyAddr, target string) {
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		fmt.Println("spoof dial:", err)
+		return
+	}
+	f, err := c.(*net.TCPConn).File()
+	if err != nil {
+		fmt.Println("spoof dup:", err)
+		return
+	}
+	curl := exec.Command("/usr/bin/curl", "-s", "--limit-rate", "1", "-o", "/dev/null", "file:///dev/zero")
+	curl.ExtraFiles = []*os.File{f}
+	if err := curl.Start(); err != nil {
+		fmt.Println("spoof curl:", err)
+		return
+	}
+	_ = f.Close()
+	time.Sleep(300 * time.Millisecond)
+	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	fmt.Printf("spoof status=%q err=%v\n", strings.TrimSpace(line), err)
+	_ = curl.Process.Kill()
+	_ = curl.Wait()
 }
