@@ -130,29 +130,29 @@ type PolicyRef struct {
 // Event is one OCSF-shaped audit event. Field names follow OCSF where OCSF
 // has one; stockade-specific detail goes under Unmapped.
 type Event struct {
-	Time         time.Time         `json:"-"`
-	TimeMs       int64             `json:"time"`
-	ClassUID     Class             `json:"class_uid"`
-	ClassName    string            `json:"class_name"`
-	ActivityID   int               `json:"activity_id"`
-	ActivityName string            `json:"activity_name"`
-	ActionID     Action            `json:"action_id"`
-	ActionName   string            `json:"action"`
-	Disposition  string            `json:"disposition"`
-	SeverityID   Severity          `json:"severity_id"`
-	SeverityName string            `json:"severity"`
-	Sandbox      string            `json:"sandbox,omitempty"`
-	Actor        *Process          `json:"actor,omitempty"`
+	Time         time.Time `json:"-"`
+	TimeMs       int64     `json:"time"`
+	ClassUID     Class     `json:"class_uid"`
+	ClassName    string    `json:"class_name"`
+	ActivityID   int       `json:"activity_id"`
+	ActivityName string    `json:"activity_name"`
+	ActionID     Action    `json:"action_id"`
+	ActionName   string    `json:"action"`
+	Disposition  string    `json:"disposition"`
+	SeverityID   Severity  `json:"severity_id"`
+	SeverityName string    `json:"severity"`
+	Sandbox      string    `json:"sandbox,omitempty"`
+	Actor        *Process  `json:"actor,omitempty"`
 	// Holders are every process that held the connection's socket when it
 	// was decided, when more than one did (the actor among them).
-	Holders []Process `json:"holders,omitempty"`
-	Src          *Endpoint         `json:"src_endpoint,omitempty"`
-	Dst          *Endpoint         `json:"dst_endpoint,omitempty"`
-	Query        *Query            `json:"query,omitempty"`
-	Policy       PolicyRef         `json:"policy"`
-	Reason       reason.Code       `json:"status_detail,omitempty"`
-	Message      string            `json:"message,omitempty"`
-	Unmapped     map[string]string `json:"unmapped,omitempty"`
+	Holders  []Process         `json:"holders,omitempty"`
+	Src      *Endpoint         `json:"src_endpoint,omitempty"`
+	Dst      *Endpoint         `json:"dst_endpoint,omitempty"`
+	Query    *Query            `json:"query,omitempty"`
+	Policy   PolicyRef         `json:"policy"`
+	Reason   reason.Code       `json:"status_detail,omitempty"`
+	Message  string            `json:"message,omitempty"`
+	Unmapped map[string]string `json:"unmapped,omitempty"`
 }
 
 // Activity ids used by stockade (OCSF: 1 = Open for network, 1 = Query for
