@@ -164,6 +164,7 @@ type CreateRequest struct {
 	Workdir       string                 `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	Argv          []string               `protobuf:"bytes,6,rep,name=argv,proto3" json:"argv,omitempty"`
 	Restart       string                 `protobuf:"bytes,7,opt,name=restart,proto3" json:"restart,omitempty"` // always | on-failure | never
+	Limits        *Limits                `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`   // unset fields: the gateway's defaults
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,6 +241,184 @@ func (x *CreateRequest) GetRestart() string {
 	return ""
 }
 
+func (x *CreateRequest) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// Limits of one sandbox (0: the default; -1: unlimited).
+type Limits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pids          int64                  `protobuf:"varint,1,opt,name=pids,proto3" json:"pids,omitempty"`
+	MemoryBytes   int64                  `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // memory and swap together; tmpfs pages count too
+	Cpus          float64                `protobuf:"fixed64,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_stockade_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Limits) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *Limits) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetCpus() float64 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+// Resources are a sandbox's limits and current use, as its supervisor
+// reports them with each heartbeat.
+type Resources struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Limits         *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Enforced       bool                   `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"` // false: limits not enforced (see note)
+	Note           string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`          // why not, e.g. "no delegated cgroup"
+	Cgroup         string                 `protobuf:"bytes,4,opt,name=cgroup,proto3" json:"cgroup,omitempty"`      // v1 | v2
+	MemoryBytes    int64                  `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Pids           int64                  `protobuf:"varint,6,opt,name=pids,proto3" json:"pids,omitempty"`
+	CpuMs          int64                  `protobuf:"varint,7,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
+	WorkspaceBytes int64                  `protobuf:"varint,8,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
+	OomKills       int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Resources) Reset() {
+	*x = Resources{}
+	mi := &file_stockade_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resources) ProtoMessage() {}
+
+func (x *Resources) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resources.ProtoReflect.Descriptor instead.
+func (*Resources) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Resources) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Resources) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *Resources) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *Resources) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *Resources) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *Resources) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *Resources) GetCpuMs() int64 {
+	if x != nil {
+		return x.CpuMs
+	}
+	return 0
+}
+
+func (x *Resources) GetWorkspaceBytes() int64 {
+	if x != nil {
+		return x.WorkspaceBytes
+	}
+	return 0
+}
+
+func (x *Resources) GetOomKills() int64 {
+	if x != nil {
+		return x.OomKills
+	}
+	return 0
+}
+
 // SandboxRequest carries every verb on one existing sandbox.
 type SandboxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -251,7 +430,7 @@ type SandboxRequest struct {
 
 func (x *SandboxRequest) Reset() {
 	*x = SandboxRequest{}
-	mi := &file_stockade_proto_msgTypes[1]
+	mi := &file_stockade_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +442,7 @@ func (x *SandboxRequest) String() string {
 func (*SandboxRequest) ProtoMessage() {}
 
 func (x *SandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[1]
+	mi := &file_stockade_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +455,7 @@ func (x *SandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRequest.ProtoReflect.Descriptor instead.
 func (*SandboxRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{1}
+	return file_stockade_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SandboxRequest) GetName() string {
@@ -301,7 +480,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_stockade_proto_msgTypes[2]
+	mi := &file_stockade_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +492,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[2]
+	mi := &file_stockade_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +505,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{2}
+	return file_stockade_proto_rawDescGZIP(), []int{4}
 }
 
 type LogsRequest struct {
@@ -341,7 +520,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_stockade_proto_msgTypes[3]
+	mi := &file_stockade_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +532,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[3]
+	mi := &file_stockade_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +545,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{3}
+	return file_stockade_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LogsRequest) GetName() string {
@@ -409,7 +588,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_stockade_proto_msgTypes[4]
+	mi := &file_stockade_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +600,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[4]
+	mi := &file_stockade_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +613,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{4}
+	return file_stockade_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Transition) GetFrom() string {
@@ -480,13 +659,14 @@ type SandboxStatus struct {
 	WorkloadPid      int32                  `protobuf:"varint,11,opt,name=workload_pid,json=workloadPid,proto3" json:"workload_pid,omitempty"`
 	Restarts         map[string]int64       `protobuf:"bytes,12,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transitions      []*Transition          `protobuf:"bytes,13,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SandboxStatus) Reset() {
 	*x = SandboxStatus{}
-	mi := &file_stockade_proto_msgTypes[5]
+	mi := &file_stockade_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +678,7 @@ func (x *SandboxStatus) String() string {
 func (*SandboxStatus) ProtoMessage() {}
 
 func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[5]
+	mi := &file_stockade_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +691,7 @@ func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStatus.ProtoReflect.Descriptor instead.
 func (*SandboxStatus) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{5}
+	return file_stockade_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SandboxStatus) GetName() string {
@@ -605,6 +785,13 @@ func (x *SandboxStatus) GetTransitions() []*Transition {
 	return nil
 }
 
+func (x *SandboxStatus) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 type Reply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"`
@@ -627,7 +814,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_stockade_proto_msgTypes[6]
+	mi := &file_stockade_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +826,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[6]
+	mi := &file_stockade_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +839,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{6}
+	return file_stockade_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reply) GetStatus() Status {
@@ -766,7 +953,7 @@ type IssueRequest struct {
 
 func (x *IssueRequest) Reset() {
 	*x = IssueRequest{}
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +965,7 @@ func (x *IssueRequest) String() string {
 func (*IssueRequest) ProtoMessage() {}
 
 func (x *IssueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +978,7 @@ func (x *IssueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueRequest.ProtoReflect.Descriptor instead.
 func (*IssueRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{7}
+	return file_stockade_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IssueRequest) GetName() string {
@@ -826,7 +1013,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1025,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1038,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{8}
+	return file_stockade_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeRequest) GetName() string {
@@ -875,7 +1062,7 @@ type PolicyRequest struct {
 
 func (x *PolicyRequest) Reset() {
 	*x = PolicyRequest{}
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1074,7 @@ func (x *PolicyRequest) String() string {
 func (*PolicyRequest) ProtoMessage() {}
 
 func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1087,7 @@ func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRequest.ProtoReflect.Descriptor instead.
 func (*PolicyRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{9}
+	return file_stockade_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PolicyRequest) GetName() string {
@@ -945,7 +1132,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1144,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1157,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{10}
+	return file_stockade_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetPolicy) GetSandbox() string {
@@ -1017,7 +1204,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1216,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1229,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{11}
+	return file_stockade_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hello) GetSandbox() string {
@@ -1106,7 +1293,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1305,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1318,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{12}
+	return file_stockade_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HelloAck) GetStatus() Status {
@@ -1169,13 +1356,14 @@ type Heartbeat struct {
 	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	WorkloadPid   int32                  `protobuf:"varint,4,opt,name=workload_pid,json=workloadPid,proto3" json:"workload_pid,omitempty"`
 	Restarts      map[string]int64       `protobuf:"bytes,5,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Resources     *Resources             `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1375,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1388,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{13}
+	return file_stockade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetSandbox() string {
@@ -1238,19 +1426,27 @@ func (x *Heartbeat) GetRestarts() map[string]int64 {
 	return nil
 }
 
+func (x *Heartbeat) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
 type WorkloadExited struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	Instance      string                 `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	Code          int32                  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
 	Signal        string                 `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	Detail        string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"` // e.g. "out of memory (limit 2 GiB)"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkloadExited) Reset() {
 	*x = WorkloadExited{}
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1458,7 @@ func (x *WorkloadExited) String() string {
 func (*WorkloadExited) ProtoMessage() {}
 
 func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1471,7 @@ func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
 func (*WorkloadExited) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{14}
+	return file_stockade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkloadExited) GetSandbox() string {
@@ -1306,6 +1502,13 @@ func (x *WorkloadExited) GetSignal() string {
 	return ""
 }
 
+func (x *WorkloadExited) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // HeartbeatAck answers a Heartbeat; a supervisor that gets none for three
 // periods says Hello again (the gateway restarted or the session was cut).
 type HeartbeatAck struct {
@@ -1317,7 +1520,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1532,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1545,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{15}
+	return file_stockade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatAck) GetSeq() uint64 {
@@ -1363,7 +1566,7 @@ type RelayRequest struct {
 
 func (x *RelayRequest) Reset() {
 	*x = RelayRequest{}
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1578,7 @@ func (x *RelayRequest) String() string {
 func (*RelayRequest) ProtoMessage() {}
 
 func (x *RelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1591,7 @@ func (x *RelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayRequest.ProtoReflect.Descriptor instead.
 func (*RelayRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{16}
+	return file_stockade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RelayRequest) GetName() string {
@@ -1410,7 +1613,7 @@ type OpenRelay struct {
 
 func (x *OpenRelay) Reset() {
 	*x = OpenRelay{}
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1625,7 @@ func (x *OpenRelay) String() string {
 func (*OpenRelay) ProtoMessage() {}
 
 func (x *OpenRelay) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1638,7 @@ func (x *OpenRelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRelay.ProtoReflect.Descriptor instead.
 func (*OpenRelay) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{17}
+	return file_stockade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OpenRelay) GetToken() string {
@@ -1465,7 +1668,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1680,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1693,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{18}
+	return file_stockade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FaultRequest) GetName() string {
@@ -1522,7 +1725,7 @@ type BoundaryFailed struct {
 
 func (x *BoundaryFailed) Reset() {
 	*x = BoundaryFailed{}
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1737,7 @@ func (x *BoundaryFailed) String() string {
 func (*BoundaryFailed) ProtoMessage() {}
 
 func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1750,7 @@ func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryFailed.ProtoReflect.Descriptor instead.
 func (*BoundaryFailed) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{19}
+	return file_stockade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BoundaryFailed) GetSandbox() string {
@@ -1575,7 +1778,7 @@ var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
 	"\n" +
-	"\x0estockade.proto\x12\vstockade.v1\x1a\vactor.proto\"\xb1\x01\n" +
+	"\x0estockade.proto\x12\vstockade.v1\x1a\vactor.proto\"\xde\x01\n" +
 	"\rCreateRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
 	"\vpolicy_file\x18\x03 \x01(\tR\n" +
@@ -1583,7 +1786,22 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06policy\x18\x04 \x01(\fR\x06policy\x12\x18\n" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12\x12\n" +
 	"\x04argv\x18\x06 \x03(\tR\x04argv\x12\x18\n" +
-	"\arestart\x18\a \x01(\tR\arestartJ\x04\b\x01\x10\x02R\x05token\"X\n" +
+	"\arestart\x18\a \x01(\tR\arestart\x12+\n" +
+	"\x06limits\x18\b \x01(\v2\x13.stockade.v1.LimitsR\x06limitsJ\x04\b\x01\x10\x02R\x05token\"S\n" +
+	"\x06Limits\x12\x12\n" +
+	"\x04pids\x18\x01 \x01(\x03R\x04pids\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
+	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\"\x94\x02\n" +
+	"\tResources\x12+\n" +
+	"\x06limits\x18\x01 \x01(\v2\x13.stockade.v1.LimitsR\x06limits\x12\x1a\n" +
+	"\benforced\x18\x02 \x01(\bR\benforced\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\x12\x16\n" +
+	"\x06cgroup\x18\x04 \x01(\tR\x06cgroup\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\x12\x12\n" +
+	"\x04pids\x18\x06 \x01(\x03R\x04pids\x12\x15\n" +
+	"\x06cpu_ms\x18\a \x01(\x03R\x05cpuMs\x12'\n" +
+	"\x0fworkspace_bytes\x18\b \x01(\x03R\x0eworkspaceBytes\x12\x1b\n" +
+	"\toom_kills\x18\t \x01(\x03R\boomKills\"X\n" +
 	"\x0eSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x04verb\x18\x03 \x01(\x0e2\x11.stockade.v1.VerbR\x04verbJ\x04\b\x01\x10\x02R\x05token\"\x1a\n" +
@@ -1600,7 +1818,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"\xb6\x04\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"\xec\x04\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -1615,7 +1833,8 @@ const file_stockade_proto_rawDesc = "" +
 	" \x01(\x05R\rsupervisorPid\x12!\n" +
 	"\fworkload_pid\x18\v \x01(\x05R\vworkloadPid\x12D\n" +
 	"\brestarts\x18\f \x03(\v2(.stockade.v1.SandboxStatus.RestartsEntryR\brestarts\x129\n" +
-	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x1a;\n" +
+	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
+	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x03\n" +
@@ -1670,21 +1889,23 @@ const file_stockade_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
 	"\asession\x18\x03 \x01(\v2\n" +
 	".actor.PIDR\asession\x12!\n" +
-	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"\xf5\x01\n" +
+	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"\xab\x02\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12!\n" +
 	"\fworkload_pid\x18\x04 \x01(\x05R\vworkloadPid\x12@\n" +
-	"\brestarts\x18\x05 \x03(\v2$.stockade.v1.Heartbeat.RestartsEntryR\brestarts\x1a;\n" +
+	"\brestarts\x18\x05 \x03(\v2$.stockade.v1.Heartbeat.RestartsEntryR\brestarts\x124\n" +
+	"\tresources\x18\x06 \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"r\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8a\x01\n" +
 	"\x0eWorkloadExited\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x16\n" +
-	"\x06signal\x18\x04 \x01(\tR\x06signal\" \n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\" \n" +
 	"\fHeartbeatAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"/\n" +
 	"\fRelayRequest\x12\x12\n" +
@@ -1731,50 +1952,56 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
 	(*CreateRequest)(nil),  // 2: stockade.v1.CreateRequest
-	(*SandboxRequest)(nil), // 3: stockade.v1.SandboxRequest
-	(*ListRequest)(nil),    // 4: stockade.v1.ListRequest
-	(*LogsRequest)(nil),    // 5: stockade.v1.LogsRequest
-	(*Transition)(nil),     // 6: stockade.v1.Transition
-	(*SandboxStatus)(nil),  // 7: stockade.v1.SandboxStatus
-	(*Reply)(nil),          // 8: stockade.v1.Reply
-	(*IssueRequest)(nil),   // 9: stockade.v1.IssueRequest
-	(*RevokeRequest)(nil),  // 10: stockade.v1.RevokeRequest
-	(*PolicyRequest)(nil),  // 11: stockade.v1.PolicyRequest
-	(*SetPolicy)(nil),      // 12: stockade.v1.SetPolicy
-	(*Hello)(nil),          // 13: stockade.v1.Hello
-	(*HelloAck)(nil),       // 14: stockade.v1.HelloAck
-	(*Heartbeat)(nil),      // 15: stockade.v1.Heartbeat
-	(*WorkloadExited)(nil), // 16: stockade.v1.WorkloadExited
-	(*HeartbeatAck)(nil),   // 17: stockade.v1.HeartbeatAck
-	(*RelayRequest)(nil),   // 18: stockade.v1.RelayRequest
-	(*OpenRelay)(nil),      // 19: stockade.v1.OpenRelay
-	(*FaultRequest)(nil),   // 20: stockade.v1.FaultRequest
-	(*BoundaryFailed)(nil), // 21: stockade.v1.BoundaryFailed
-	nil,                    // 22: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 23: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 24: actor.PID
+	(*Limits)(nil),         // 3: stockade.v1.Limits
+	(*Resources)(nil),      // 4: stockade.v1.Resources
+	(*SandboxRequest)(nil), // 5: stockade.v1.SandboxRequest
+	(*ListRequest)(nil),    // 6: stockade.v1.ListRequest
+	(*LogsRequest)(nil),    // 7: stockade.v1.LogsRequest
+	(*Transition)(nil),     // 8: stockade.v1.Transition
+	(*SandboxStatus)(nil),  // 9: stockade.v1.SandboxStatus
+	(*Reply)(nil),          // 10: stockade.v1.Reply
+	(*IssueRequest)(nil),   // 11: stockade.v1.IssueRequest
+	(*RevokeRequest)(nil),  // 12: stockade.v1.RevokeRequest
+	(*PolicyRequest)(nil),  // 13: stockade.v1.PolicyRequest
+	(*SetPolicy)(nil),      // 14: stockade.v1.SetPolicy
+	(*Hello)(nil),          // 15: stockade.v1.Hello
+	(*HelloAck)(nil),       // 16: stockade.v1.HelloAck
+	(*Heartbeat)(nil),      // 17: stockade.v1.Heartbeat
+	(*WorkloadExited)(nil), // 18: stockade.v1.WorkloadExited
+	(*HeartbeatAck)(nil),   // 19: stockade.v1.HeartbeatAck
+	(*RelayRequest)(nil),   // 20: stockade.v1.RelayRequest
+	(*OpenRelay)(nil),      // 21: stockade.v1.OpenRelay
+	(*FaultRequest)(nil),   // 22: stockade.v1.FaultRequest
+	(*BoundaryFailed)(nil), // 23: stockade.v1.BoundaryFailed
+	nil,                    // 24: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 25: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 26: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
-	1,  // 0: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	22, // 1: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
-	6,  // 2: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
-	0,  // 3: stockade.v1.Reply.status:type_name -> stockade.v1.Status
-	7,  // 4: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
-	7,  // 5: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	24, // 6: stockade.v1.Hello.supervisor:type_name -> actor.PID
-	0,  // 7: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	24, // 8: stockade.v1.HelloAck.session:type_name -> actor.PID
-	23, // 9: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 0: stockade.v1.CreateRequest.limits:type_name -> stockade.v1.Limits
+	3,  // 1: stockade.v1.Resources.limits:type_name -> stockade.v1.Limits
+	1,  // 2: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
+	24, // 3: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	8,  // 4: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
+	4,  // 5: stockade.v1.SandboxStatus.resources:type_name -> stockade.v1.Resources
+	0,  // 6: stockade.v1.Reply.status:type_name -> stockade.v1.Status
+	9,  // 7: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
+	9,  // 8: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
+	26, // 9: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	0,  // 10: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
+	26, // 11: stockade.v1.HelloAck.session:type_name -> actor.PID
+	25, // 12: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	4,  // 13: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -1788,7 +2015,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

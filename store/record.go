@@ -64,6 +64,31 @@ type Spec struct {
 	Argv          []string                `json:"argv,omitempty"`
 	Restart       lifecycle.RestartPolicy `json:"restart"`
 	Created       time.Time               `json:"created"`
+	// Limits are the sandbox's resource limits as created (records of
+	// earlier versions have none: the defaults apply).
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Limits are a sandbox's resource limits: 0 is "the default", -1
+// "unlimited".
+type Limits struct {
+	Pids        int64   `json:"pids,omitempty"`
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+}
+
+// Or fills l's zero fields from def.
+func (l Limits) Or(def Limits) Limits {
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	return l
 }
 
 // PolicyRev is an earlier version of a sandbox's policy.

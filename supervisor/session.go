@@ -49,7 +49,8 @@ type session struct {
 	nextHello time.Time
 	exit      *messages.WorkloadExited // to deliver before the supervisor ends
 	restarts  func() map[string]int64
-	faults    *fault.Set // armed by FaultRequest (tests, chaos)
+	resources func() *messages.Resources // nil: none reported
+	faults    *fault.Set                 // armed by FaultRequest (tests, chaos)
 	policy    *policy.Engine
 	relays    relayServer // serves SSH on relay streams
 	ctx       context.Context
@@ -186,6 +187,9 @@ func (s *session) onTick(ctx actor.Context) {
 	s.seq++
 	hb := &messages.Heartbeat{Sandbox: s.hello.Sandbox, Instance: s.hello.Instance, Seq: s.seq,
 		WorkloadPid: s.hello.WorkloadPid, Restarts: s.restarts()}
+	if s.resources != nil {
+		hb.Resources = s.resources()
+	}
 	s.pending = true
 	f := ctx.RequestFuture(s.gw, hb, lostAfter)
 	ctx.ReenterAfter(f, func(res any, err error) {

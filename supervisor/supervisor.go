@@ -82,6 +82,14 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	if gid, err := strconv.ParseUint(pol.Process.RunAsGroup, 10, 32); err == nil {
 		ns.RunAsGroup = uint32(gid)
 	}
+	res := openResources(sp, dir, log)
+	defer res.close()
+	if res.group != nil {
+		ns.Cgroup = res.group.Add
+	}
+	if sp.Limits.MemoryBytes > 0 {
+		ns.TmpfsBytes = sp.Limits.MemoryBytes / 2 // each; charged to the sandbox's memory anyway
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	sb, err := nsrun.Start(startCtx, ns)
 	cancel()
@@ -89,6 +97,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		return fmt.Errorf("supervisor: start sandbox: %w", err)
 	}
 	defer sb.Close()
+	res.started()
 	for _, w := range sb.Warnings() {
 		log.Warn().Str("landlock", w).Msg("filesystem policy (best effort)")
 	}
@@ -148,8 +157,9 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		hello: &messages.Hello{Sandbox: sp.Name, Instance: sp.Instance,
 			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version,
 			HostKey: string(ssh.MarshalAuthorizedKey(srv.HostKey()))},
-		restarts: func() map[string]int64 { return restartCounts(b.Counters()) },
-		faults:   faults, ctx: ctx, relays: srv, policy: engine,
+		restarts:  func() map[string]int64 { return restartCounts(b.Counters()) },
+		resources: res.report,
+		faults:    faults, ctx: ctx, relays: srv, policy: engine,
 		refused:  func(why string) { done <- "gateway refused this instance: " + why },
 		exitDone: func() { close(exitDelivered) },
 	}
@@ -178,6 +188,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		if werr != nil {
 			msg.Code, msg.Signal = -1, werr.Error()
 		}
+		msg.Detail = res.oomDetail()
 		log.Info().Str("status", st.String()).Msg("workload exited")
 		sys.Root.Send(sess, &exited{msg: msg})
 		select { // deliver the exit; a gateway that stays away learns of it as SupervisorLost

@@ -36,7 +36,10 @@ type Env struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	MaxConns      int // per sandbox (0: the boundary's default)
-	Lifecycle     lifecycle.Config
+	// Limits are the default resource limits of a sandbox created without
+	// its own (zero fields: DefaultLimits').
+	Limits    store.Limits
+	Lifecycle lifecycle.Config
 	// RelayAddr is where clients and supervisors meet for SSH relays;
 	// RelayListener is the actor pairing them.
 	RelayAddr     string
@@ -79,4 +82,29 @@ func (e *Env) openLifecycleAudit(name string) (*audit.File, error) {
 		return nil, fmt.Errorf("sandbox %s: create %s: %w", name, e.Dir(name), err)
 	}
 	return audit.OpenFile(e.LifecycleAudit(name), audit.WithErrorLog(e.Log), audit.WithFlushInterval(0))
+}
+
+// DefaultLimits are what a sandbox gets when neither its create nor the
+// gateway says otherwise: enough for an agent or a build, not enough to
+// take the host down.
+func DefaultLimits() store.Limits {
+	return store.Limits{Pids: 512, MemoryBytes: 2 << 30, CPUs: 2}
+}
+
+// limits are the gateway's defaults for a sandbox's unset limits.
+func (e *Env) limits() store.Limits { return e.Limits.Or(DefaultLimits()) }
+
+// specLimits hands effective limits to the supervisor (-1: unlimited).
+func specLimits(l store.Limits) spec.Limits {
+	s := spec.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.CPUs}
+	if s.Pids < 0 {
+		s.Pids = 0
+	}
+	if s.MemoryBytes < 0 {
+		s.MemoryBytes = 0
+	}
+	if s.CPUs < 0 {
+		s.CPUs = 0
+	}
+	return s
 }

@@ -46,7 +46,8 @@ type sandboxActor struct {
 	sup        *process.Handle
 	session    *actor.PID // the session child of the current instance
 	hbRestarts map[string]int64
-	sessions   int // session children spawned (names session/N)
+	resources  *messages.Resources // as the supervisor last reported
+	sessions   int                 // session children spawned (names session/N)
 	// sessionSeen: the current instance said Hello at least once.
 	sessionSeen bool
 	supRemote   *actor.PID // the supervisor's session actor (current instance)
@@ -97,7 +98,9 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			return
 		}
 		if m.Instance == a.rec.InstanceID {
-			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code)}) })
+			a.step(ctx, func() (lifecycle.Transition, error) {
+				return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code), Detail: m.Detail})
+			})
 		}
 	case *messages.BoundaryFailed:
 		if !a.fromOwnSession(ctx) {
@@ -110,7 +113,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		if !a.fromOwnSession(ctx) {
 			return
 		}
-		a.hbRestarts = m.Restarts
+		a.hbRestarts, a.resources = m.Restarts, m.Resources
 		if m.WorkloadPid != 0 && int(m.WorkloadPid) != a.rec.WorkloadPID {
 			a.rec.WorkloadPID = int(m.WorkloadPid)
 			a.persist(ctx)
@@ -421,6 +424,7 @@ func (a *sandboxActor) launch(inst string) error {
 		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
 		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
 		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback, MaxConns: a.env.MaxConns,
+		Limits: specLimits(a.rec.Spec.Limits.Or(a.env.limits())),
 	}
 	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
 		return err
@@ -568,6 +572,11 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	rec.Lifecycle = a.m.Snapshot()
 	st := recordStatus(rec)
 	st.Workspace, st.Restarts = a.env.Workspace(a.name), map[string]int64{}
+	st.Resources = a.resources
+	if st.Resources == nil { // no report yet: the limits as created
+		l := a.rec.Spec.Limits.Or(a.env.limits())
+		st.Resources = &messages.Resources{Limits: &messages.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, Cpus: l.CPUs}}
+	}
 	for k, v := range a.hbRestarts {
 		st.Restarts[k] = v
 	}

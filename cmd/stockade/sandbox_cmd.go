@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 type clientOpts struct {
@@ -124,14 +126,27 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 	var policyFile, workdir, restart string
 	var noWait bool
 	var timeout time.Duration
+	var pids int64
+	var memory string
+	var cpus float64
 	cmd := &cobra.Command{
-		Use:   "create NAME --policy FILE [--workdir DIR] [--no-wait] [-- CMD ARGS...]",
+		Use:   "create NAME --policy FILE [--workdir DIR] [--pids N] [--memory SIZE] [--cpus N] [--no-wait] [-- CMD ARGS...]",
 		Short: "Create a sandbox and wait until it is Ready",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pol, err := os.ReadFile(policyFile)
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
+			}
+			limits := &messages.Limits{Pids: pids, Cpus: cpus}
+			switch memory {
+			case "", "0":
+			case "-1", "none":
+				limits.MemoryBytes = -1
+			default:
+				if limits.MemoryBytes, err = cgroup.ParseBytes(memory); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--memory: %w", err)}
+				}
 			}
 			c, err := co.dial(cmd)
 			if err != nil {
@@ -140,7 +155,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 			defer c.Close()
 			name := args[0]
 			reply, err := request(c, &messages.CreateRequest{Name: name, PolicyFile: filepath.Base(policyFile),
-				Policy: pol, Workdir: workdir, Argv: args[1:], Restart: restart})
+				Policy: pol, Workdir: workdir, Argv: args[1:], Restart: restart, Limits: limits})
 			if err != nil {
 				return err
 			}
@@ -157,6 +172,9 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 	f.StringVar(&workdir, "workdir", "", "working directory inside (default /sandbox)")
 	f.StringVar(&restart, "restart", "on-failure", "restart policy: always, on-failure, never")
 	f.BoolVar(&noWait, "no-wait", false, "return once the sandbox is recorded, without waiting for Ready")
+	f.Int64Var(&pids, "pids", 0, "most processes at once (default 512; -1: no limit)")
+	f.StringVar(&memory, "memory", "", "most memory, swap and tmpfs included, e.g. 512M or 4G (default 2G; none: no limit)")
+	f.Float64Var(&cpus, "cpus", 0, "most CPUs, e.g. 0.5 or 2 (default 2; -1: no limit)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for Ready")
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
@@ -241,6 +259,22 @@ type statusView struct {
 	WorkloadPid      int32            `json:"workloadPid" yaml:"workloadPid"`
 	Restarts         map[string]int64 `json:"restarts" yaml:"restarts"`
 	Transitions      []transitionView `json:"transitions" yaml:"transitions"`
+	Resources        *resourcesView   `json:"resources,omitempty" yaml:"resources,omitempty"`
+}
+
+// resourcesView is `get`'s "resources": limits (0: none) and current use.
+type resourcesView struct {
+	Enforced       bool    `json:"enforced" yaml:"enforced"`
+	Note           string  `json:"note,omitempty" yaml:"note,omitempty"`
+	Cgroup         string  `json:"cgroup,omitempty" yaml:"cgroup,omitempty"`
+	PidsLimit      int64   `json:"pidsLimit" yaml:"pidsLimit"`
+	MemoryLimit    int64   `json:"memoryLimitBytes" yaml:"memoryLimitBytes"`
+	CPUs           float64 `json:"cpus" yaml:"cpus"`
+	Pids           int64   `json:"pids" yaml:"pids"`
+	MemoryBytes    int64   `json:"memoryBytes" yaml:"memoryBytes"`
+	CPUMs          int64   `json:"cpuMs" yaml:"cpuMs"`
+	WorkspaceBytes int64   `json:"workspaceBytes" yaml:"workspaceBytes"`
+	OOMKills       int64   `json:"oomKills" yaml:"oomKills"`
 }
 
 type transitionView struct {
@@ -267,6 +301,11 @@ func viewOf(s *messages.SandboxStatus) statusView {
 	}
 	for _, t := range s.Transitions {
 		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs)})
+	}
+	if r := s.Resources; r != nil {
+		v.Resources = &resourcesView{Enforced: r.Enforced, Note: r.Note, Cgroup: r.Cgroup,
+			PidsLimit: r.GetLimits().GetPids(), MemoryLimit: r.GetLimits().GetMemoryBytes(), CPUs: r.GetLimits().GetCpus(),
+			Pids: r.Pids, MemoryBytes: r.MemoryBytes, CPUMs: r.CpuMs, WorkspaceBytes: r.WorkspaceBytes, OOMKills: r.OomKills}
 	}
 	return v
 }
@@ -308,6 +347,16 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 					rs = append(rs, fmt.Sprintf("%s=%d", k, n))
 				}
 				fmt.Fprintf(tw, "restarts\t%s\n", dash(strings.Join(rs, " ")))
+				if r := v.Resources; r != nil {
+					limits := fmt.Sprintf("pids %s, memory %s, cpus %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
+						cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)))
+					if !r.Enforced {
+						limits += " (not enforced: " + dash(r.Note) + ")"
+					}
+					fmt.Fprintf(tw, "limits\t%s\n", limits)
+					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, workspace %s, oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
+						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.WorkspaceBytes), r.OOMKills)
+				}
 				for _, t := range v.Transitions {
 					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, t.From, t.To, t.Reason)
 				}
@@ -386,4 +435,12 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// orNone is s, or "none" when n <= 0.
+func orNone(n int64, s string) string {
+	if n <= 0 {
+		return "none"
+	}
+	return s
 }

@@ -40,12 +40,16 @@ type freshMount struct {
 
 const noSuidDev = unix.MS_NOSUID | unix.MS_NODEV
 
-func freshMounts() []freshMount {
+func freshMounts(tmpfsBytes int64) []freshMount {
+	tmp := "mode=1777"
+	if tmpfsBytes > 0 {
+		tmp += ",size=" + strconv.FormatInt(tmpfsBytes, 10)
+	}
 	return []freshMount{
 		{fstype: "proc", dir: "/proc", flags: noSuidDev | unix.MS_NOEXEC},
-		{fstype: "tmpfs", dir: "/tmp", data: "mode=1777", flags: noSuidDev},
-		{fstype: "tmpfs", dir: "/var/tmp", data: "mode=1777", flags: noSuidDev},
-		{fstype: "tmpfs", dir: "/dev/shm", data: "mode=1777", flags: noSuidDev},
+		{fstype: "tmpfs", dir: "/tmp", data: tmp, flags: noSuidDev},
+		{fstype: "tmpfs", dir: "/var/tmp", data: tmp, flags: noSuidDev},
+		{fstype: "tmpfs", dir: "/dev/shm", data: tmp, flags: noSuidDev},
 		{fstype: "tmpfs", dir: "/run", data: "mode=0755", flags: noSuidDev},
 		// sysfs shows the sandbox's network namespace (only lo).
 		{fstype: "sysfs", dir: "/sys", flags: noSuidDev | unix.MS_NOEXEC | unix.MS_RDONLY, optional: true},
@@ -93,7 +97,7 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 		}
 	}
 	var warnings []string
-	for _, m := range freshMounts() {
+	for _, m := range freshMounts(cfg.TmpfsBytes) {
 		if err := mountIn(root, m.dir, m.fstype, m.fstype, m.flags, m.data); err != nil {
 			if !m.optional && !errors.Is(err, unix.ENOENT) {
 				return nil, err

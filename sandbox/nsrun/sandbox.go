@@ -157,6 +157,13 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		s.log.Debug().Err(err).Msg("init reaped")
 		close(s.initDone)
 	}()
+	if spec.Cgroup != nil {
+		// init waits for its config before it starts anything.
+		if err := spec.Cgroup(cmd.Process.Pid); err != nil {
+			_ = s.Kill()
+			return nil, fmt.Errorf("nsrun: cgroup: %w", err)
+		}
+	}
 	if err := s.handshake(ctx, cfg, trees); err != nil {
 		_ = s.Kill()
 		return nil, err

@@ -116,6 +116,15 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 	// Logger gets the parent side's debug lines (zero value: none).
 	Logger zerolog.Logger
+	// TmpfsBytes sizes each private tmpfs (/tmp, /var/tmp, /dev/shm; 0:
+	// the kernel's default, half the host's memory). Their pages are
+	// charged to the memory cgroup of whoever writes them.
+	TmpfsBytes int64
+	// Cgroup, when set, is called with init's host pid right after init
+	// starts and before it starts anything: it moves init (and so every
+	// process of the sandbox) into the sandbox's cgroup. An error fails
+	// the start.
+	Cgroup func(initPid int) error
 }
 
 // stageConfig is what the parent sends to init and init to the exec stage.
@@ -133,6 +142,7 @@ type stageConfig struct {
 	Hidden     []string `json:"hidden"`
 	Hostname   string   `json:"hostname"`
 	ResolvConf string   `json:"resolv_conf"`
+	TmpfsBytes int64    `json:"tmpfs_bytes,omitempty"`
 }
 
 // idMapping is the user namespace layout for one Start.
@@ -173,6 +183,7 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 		Mode:       s.Filesystem.Mode,
 		Hidden:     s.Hidden,
 		Hostname:   orDefault(s.Hostname, DefaultHostname),
+		TmpfsBytes: s.TmpfsBytes,
 		ResolvConf: orDefault(s.ResolvConf, DefaultResolvConf),
 	}
 	if cfg.Mode == 0 {

@@ -35,9 +35,19 @@ type Supervisor struct {
 	Hosts         string `json:"hosts,omitempty"`
 	DNSUpstream   string `json:"dnsUpstream,omitempty"`
 	AllowLoopback bool   `json:"allowLoopback,omitempty"`
+	// Limits for the sandbox's cgroup (-1 or 0: unlimited), and the tmpfs
+	// sizes derived from the memory limit.
+	Limits Limits `json:"limits"`
 	// MaxConns caps the sandbox's concurrent mediated connections and DNS
 	// queries in flight (0: the boundary's default, 1,024).
 	MaxConns int `json:"maxConns,omitempty"`
+}
+
+// Limits are a sandbox's resource limits (<= 0: unlimited).
+type Limits struct {
+	Pids        int64   `json:"pids,omitempty"`
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
 }
 
 // Credentials are PEM blocks: the CA certificate, the supervisor's

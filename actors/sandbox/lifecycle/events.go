@@ -17,8 +17,12 @@ type failureEvent interface {
 // SessionUp: the supervisor's session is up (hello received, policy loaded).
 type SessionUp struct{}
 
-// WorkloadExited: the workload exited with Code.
-type WorkloadExited struct{ Code int }
+// WorkloadExited: the workload exited with Code; Detail says more when
+// the supervisor knows why (e.g. "out of memory (limit 2 GiB)").
+type WorkloadExited struct {
+	Code   int
+	Detail string
+}
 
 // SessionLost: the session to a still living supervisor was cut.
 type SessionLost struct{ Detail string }

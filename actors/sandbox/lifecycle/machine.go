@@ -250,7 +250,7 @@ func (m *Machine) On(e Event) (Transition, error) {
 		case SessionUp:
 			return m.sessionUp(e)
 		case WorkloadExited:
-			return m.exited(e.Code)
+			return m.exited(e.Code, e.Detail)
 		case RecoveryAttemptFailed:
 			if m.phase != PhaseRecovering {
 				return &UnexpectedEventError{Phase: m.phase, Event: e}
@@ -399,12 +399,16 @@ func (m *Machine) sessionUp(e SessionUp) error {
 	return &UnexpectedEventError{Phase: m.phase, Event: e}
 }
 
-func (m *Machine) exited(code int) error {
+func (m *Machine) exited(code int, detail string) error {
 	if !m.inFlight() {
 		return nil
 	}
 	if code != 0 {
-		return m.fail(ReasonWorkloadFailed, fmt.Sprintf("workload exited with code %d", code))
+		msg := fmt.Sprintf("workload exited with code %d", code)
+		if detail != "" {
+			msg = detail + ": " + msg
+		}
+		return m.fail(ReasonWorkloadFailed, msg)
 	}
 	if err := m.move(PhaseCompleted, ReasonNone, "workload exited with code 0"); err != nil {
 		return err

@@ -1,0 +1,127 @@
+package supervisor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
+	"github.com/stockade-dev/stockade/sandbox/spec"
+)
+
+// resources are the sandbox's cgroup (nil: limits not enforced) and what
+// the heartbeats report of it.
+type resources struct {
+	limits    spec.Limits
+	group     cgroup.Group
+	note      string // why limits are not enforced
+	workspace string
+	wsBytes   atomic.Int64
+	baseOOM   int64
+	stop      chan struct{}
+	once      sync.Once
+}
+
+// openResources makes the sandbox's cgroup under the supervisor's own.
+// Without one (an unprivileged gateway and no delegated cgroup) the
+// sandbox runs unlimited, and says so once in the log and in every report.
+func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resources {
+	r := &resources{limits: sp.Limits, workspace: sp.Workspace, stop: make(chan struct{})}
+	sum := sha256.Sum256([]byte(dir))
+	g, err := cgroup.New("stockade-"+sp.Name+"-"+hex.EncodeToString(sum[:4]),
+		cgroup.Limits{Pids: sp.Limits.Pids, MemoryBytes: sp.Limits.MemoryBytes, CPUs: sp.Limits.CPUs})
+	if err != nil {
+		r.note = err.Error()
+		log.Warn().Err(err).Msg("resource limits not enforced for this sandbox")
+	} else {
+		r.group = g
+	}
+	go r.measureWorkspace()
+	return r
+}
+
+// started records the OOM kills so far (a reused group keeps its count).
+func (r *resources) started() {
+	if r.group != nil {
+		if u, err := r.group.Usage(); err == nil {
+			r.baseOOM = u.OOMKills
+		}
+	}
+}
+
+// oomDetail says "out of memory (limit X)" when the kernel killed for
+// memory since the start.
+func (r *resources) oomDetail() string {
+	if r.group == nil {
+		return ""
+	}
+	u, err := r.group.Usage()
+	if err != nil || u.OOMKills <= r.baseOOM {
+		return ""
+	}
+	return fmt.Sprintf("out of memory (limit %s)", cgroup.FormatBytes(r.limits.MemoryBytes))
+}
+
+// report is the heartbeat's view.
+func (r *resources) report() *messages.Resources {
+	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs},
+		Enforced: r.group != nil, Note: r.note, WorkspaceBytes: r.wsBytes.Load()}
+	if r.group != nil {
+		m.Cgroup = r.group.Version()
+		if u, err := r.group.Usage(); err == nil {
+			m.MemoryBytes, m.Pids, m.CpuMs, m.OomKills = u.MemoryBytes, u.Pids, u.CPU.Milliseconds(), u.OOMKills-r.baseOOM
+		}
+	}
+	return m
+}
+
+// measureWorkspace sums the workspace's file sizes every 10 s (at most
+// 200,000 entries a pass: a bound on the work, the sum is then a floor).
+func (r *resources) measureWorkspace() {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		var sum int64
+		n := 0
+		_ = filepath.WalkDir(r.workspace, func(_ string, d fs.DirEntry, err error) error {
+			if n++; err != nil || n > 200000 {
+				return fs.SkipAll
+			}
+			if d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					sum += fi.Size()
+				}
+			}
+			return nil
+		})
+		r.wsBytes.Store(sum)
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// close stops measuring and removes the group once its processes are
+// gone (the sandbox's pid namespace dies with init).
+func (r *resources) close() {
+	r.once.Do(func() {
+		close(r.stop)
+		if r.group == nil {
+			return
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for r.group.Remove() != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
