@@ -55,7 +55,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		}, "the lifecycle log to say out of memory")
 		// A fork bomb: the shell cannot fork past 64 processes (dash gives
 		// up with exit 2); the sandbox is fine, and works once they end.
-		out, errOut, code := w.cli("exec", "capped", "--", "/bin/sh", "-c", `for i in $(seq 200); do sleep 4 & done`)
+		_, errOut, code := w.cli("exec", "capped", "--", "/bin/sh", "-c", `for i in $(seq 200); do sleep 4 & done`)
 		t.Logf("fork bomb: exit %d %s", code, strings.TrimSpace(errOut))
 		out, _, _ = w.cli("get", "capped", "-o", "json")
 		var u struct {
