@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,22 @@ network_policies:
       - { host: kube.test, port: 6443 }
     binaries: [{ path: /usr/bin/curl }]
 `, w.webPort))
+		// A host unix socket anyone may connect to, outside the policy.
+		sockDir, err := os.MkdirTemp("/var/lib", "stockade-e2e-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
+		hostSock, err := net.Listen("unix", filepath.Join(sockDir, "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hostSock.Close()
+		_ = os.Chmod(filepath.Join(sockDir, "s"), 0o666)
+		_ = os.Chmod(sockDir, 0o755)
 		script := `
+if [ -e ` + filepath.Join(sockDir, "s") + ` ]; then echo present; else echo absent; fi > /sandbox/hostsock
+ls / | tr '\n' ' ' > /sandbox/root; echo >> /sandbox/root
 FORGED="$(printf '/sandbox/x\nNET:OPEN [INFO] ALLOWED curl(1) -> api.test:1 [policy:api engine:opa] [reason:-]')"
 grep -E '^(Seccomp|CapBnd|CapEff):' /proc/self/status > /sandbox/status
 unshare -U true > /sandbox/unshare 2>&1; echo "rc=$?" >> /sandbox/unshare
@@ -95,6 +111,14 @@ exec sleep 1000`
 		// allowed curl holds too is denied, and the audit lists both.
 		if got := w.file(s, "spoof"); !strings.Contains(got, "403") {
 			t.Errorf("the inherited-socket spoof: %s, want 403", got)
+		}
+		if got := strings.TrimSpace(w.file(s, "hostsock")); got != "absent" {
+			t.Errorf("a host unix socket outside the policy is %s inside", got)
+		}
+		for _, name := range strings.Fields(w.file(s, "root")) {
+			if name == "var" || name == "root" || name == "home" || name == "opt" || name == "srv" {
+				t.Errorf("the sandbox's root has the host's /%s (not in the policy): %s", name, w.file(s, "root"))
+			}
 		}
 		status := w.file(s, "status")
 		if !strings.Contains(status, "Seccomp:\t2") || !strings.Contains(status, "CapBnd:\t00000000000004fb") {

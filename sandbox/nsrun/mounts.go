@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,19 +86,28 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 		return nil, fmt.Errorf("open new root: %w", err)
 	}
 	defer unix.Close(root)
-	for _, e := range entries {
-		if !ownDir(e.Name()) {
-			if err := mirror(e); err != nil {
-				return nil, err
+	var warnings []string
+	if viewAll(cfg) {
+		// The policy lists "/": the whole host, as it asked.
+		for _, e := range entries {
+			if !ownDir(e.Name()) {
+				if err := mirror(e); err != nil {
+					return nil, err
+				}
 			}
 		}
+	} else {
+		w, err := buildView(cfg)
+		if err != nil {
+			return nil, err
+		}
+		warnings = append(warnings, w...)
 	}
-	for _, d := range []string{"tmp", "proc", "sys", "run", filepath.Base(WorkspaceMount)} {
-		if err := os.Mkdir(filepath.Join(stagingRoot, d), 0o755); err != nil {
+	for _, d := range []string{"tmp", "proc", "sys", "run", filepath.Base(WorkspaceMount), "var/tmp", "dev/shm", "dev/pts"} {
+		if err := os.MkdirAll(filepath.Join(stagingRoot, d), 0o755); err != nil {
 			return nil, fmt.Errorf("new root: %w", err)
 		}
 	}
-	var warnings []string
 	for _, m := range freshMounts(cfg.TmpfsBytes) {
 		if err := mountIn(root, m.dir, m.fstype, m.fstype, m.flags, m.data); err != nil {
 			if !m.optional && !errors.Is(err, unix.ENOENT) {
@@ -257,3 +268,161 @@ func pivot() error {
 }
 
 func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// baselinePaths are in every sandbox's root whatever its policy lists: what
+// a shell and its tools need (OpenShell's baseline). Landlock still
+// decides what of them may be read.
+func baselinePaths() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+}
+
+// devNodes are the host device nodes of the sandbox's minimal /dev.
+func devNodes() []string {
+	return []string{"null", "zero", "full", "random", "urandom", "tty"}
+}
+
+// ownPath reports whether the new root provides path itself (fresh
+// mounts, the workspace, /dev): a policy listing it binds nothing.
+func ownPath(p string) bool {
+	for _, own := range []string{"/proc", "/sys", "/tmp", "/var/tmp", "/run", "/dev", WorkspaceMount} {
+		if p == own || strings.HasPrefix(p, own+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func viewAll(cfg *stageConfig) bool {
+	for _, p := range append(append([]string{}, cfg.ReadOnly...), cfg.ReadWrite...) {
+		if filepath.Clean(p) == "/" {
+			return true
+		}
+	}
+	return false
+}
+
+// buildView fills the staging root with the baseline and the policy's
+// paths (bind mounts, as bubblewrap does) and a minimal /dev: nothing else
+// of the host exists inside, host unix sockets included. A path covered by
+// an earlier one (its parent, or behind a top-level symlink such as /lib
+// -> usr/lib) is already visible and is not bound again; a missing one is
+// left out (Landlock reports it).
+func buildView(cfg *stageConfig) ([]string, error) {
+	seen := map[string]bool{}
+	var paths []string
+	for _, p := range append(append(baselinePaths(), cfg.ReadOnly...), cfg.ReadWrite...) {
+		p = filepath.Clean(p)
+		if filepath.IsAbs(p) && !ownPath(p) && !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	sort.Slice(paths, func(i, j int) bool {
+		di, dj := strings.Count(paths[i], "/"), strings.Count(paths[j], "/")
+		if di != dj {
+			return di < dj
+		}
+		return paths[i] < paths[j]
+	})
+	var placed []string
+	covered := func(p string) bool {
+		for _, q := range placed {
+			if strings.HasPrefix(p, q+"/") {
+				return true
+			}
+		}
+		// A parent that is a symlink on the host leads elsewhere: what it
+		// points to is visible only if listed itself.
+		for d := filepath.Dir(p); d != "/"; d = filepath.Dir(d) {
+			if fi, err := os.Lstat(d); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	var warnings []string
+	for _, p := range paths {
+		if covered(p) {
+			continue
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue // missing: Landlock's best_effort/hard_requirement says so
+		}
+		dst := filepath.Join(stagingRoot, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, fmt.Errorf("new root: %w", err)
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err == nil {
+				err = os.Symlink(target, dst)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("new root: symlink %s: %w", p, err)
+			}
+		case fi.IsDir():
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return nil, fmt.Errorf("new root: %w", err)
+			}
+			if err := unix.Mount(p, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return nil, fmt.Errorf("new root: bind %s: %w", p, err)
+			}
+		case fi.Mode().IsRegular():
+			if err := bindFile(p, dst); err != nil {
+				return nil, err
+			}
+		default:
+			warnings = append(warnings, fmt.Sprintf("%s left out of the sandbox's root: not a file or directory", p))
+			continue
+		}
+		placed = append(placed, p)
+	}
+	return warnings, minimalDev()
+}
+
+// minimalDev makes /dev a small tmpfs with the usual device nodes (bound
+// from the host), the /proc/self/fd links, an empty shm dir and the host's
+// devpts (an exec's terminal is a pty the supervisor opened there; its
+// nodes belong to their host owners, and the sandbox's uids are its own).
+func minimalDev() error {
+	dev := filepath.Join(stagingRoot, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return fmt.Errorf("new root: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("new root: /dev: %w", err)
+	}
+	for _, n := range devNodes() {
+		if err := bindFile("/dev/"+n, filepath.Join(dev, n)); err != nil {
+			return err
+		}
+	}
+	pts := filepath.Join(dev, "pts")
+	if err := os.Mkdir(pts, 0o755); err != nil {
+		return fmt.Errorf("new root: %w", err)
+	}
+	if err := unix.Mount("/dev/pts", pts, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("new root: bind /dev/pts: %w", err)
+	}
+	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return fmt.Errorf("new root: /dev/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// bindFile bind-mounts the host file src on a new empty file dst.
+func bindFile(src, dst string) error {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("new root: %w", err)
+	}
+	f.Close()
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("new root: bind %s: %w", src, err)
+	}
+	return nil
+}
