@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithStockade(m, "../cmd/stocka
 
 // world is a gateway with its state dir, an offline upstream and a policy.
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	state   string
 	addr    string
 	gw      *exec.Cmd
@@ -63,7 +63,7 @@ func modes(t *testing.T, f func(t *testing.T, w *world)) {
 }
 
 // sharedDir is a temp dir the unprivileged gateway can use.
-func sharedDir(t *testing.T, uid int) string {
+func sharedDir(t testing.TB, uid int) string {
 	t.Helper()
 	d := t.TempDir()
 	for _, p := range []string{filepath.Dir(d), d} { // t.TempDir's parent is 0700 too
@@ -94,7 +94,7 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-func newWorld(t *testing.T, uid int, gwArgs ...string) *world {
+func newWorld(t testing.TB, uid int, gwArgs ...string) *world {
 	t.Helper()
 	testenv.NeedRoot(t) // to map a host uid range, and to run a gateway as another user
 	testenv.NeedTool(t, "curl", "curl")
@@ -130,7 +130,7 @@ network_policies:
 	return w
 }
 
-func write(t *testing.T, p, s string) {
+func write(t testing.TB, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)

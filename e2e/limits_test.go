@@ -53,6 +53,9 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 			out, _, _ := w.cli("logs", "capped", "--audit")
 			return strings.Contains(out, "(WorkloadFailed): out of memory (limit 128 MiB)")
 		}, "the lifecycle log to say out of memory")
+		if out, _, _ := w.cli("get", "capped", "-o", "json"); !strings.Contains(out, `"message": "out of memory (limit 128 MiB): workload exited with code 137"`) {
+			t.Fatalf("get's transitions lack the OOM message:\n%s", out)
+		}
 		// A fork bomb: the shell cannot fork past 64 processes (dash gives
 		// up with exit 2); the sandbox is fine, and works once they end.
 		_, errOut, code := w.cli("exec", "capped", "--", "/bin/sh", "-c", `for i in $(seq 200); do sleep 4 & done`)

@@ -322,6 +322,7 @@ type Resources struct {
 	CpuMs          int64                  `protobuf:"varint,7,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
 	WorkspaceBytes int64                  `protobuf:"varint,8,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
 	OomKills       int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	WorkspaceNote  string                 `protobuf:"bytes,10,opt,name=workspace_note,json=workspaceNote,proto3" json:"workspace_note,omitempty"` // e.g. "size not limited (no project quota)"
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -417,6 +418,13 @@ func (x *Resources) GetOomKills() int64 {
 		return x.OomKills
 	}
 	return 0
+}
+
+func (x *Resources) GetWorkspaceNote() string {
+	if x != nil {
+		return x.WorkspaceNote
+	}
+	return ""
 }
 
 // SandboxRequest carries every verb on one existing sandbox.
@@ -582,6 +590,7 @@ type Transition struct {
 	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	AtUnixMs      int64                  `protobuf:"varint,4,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +651,13 @@ func (x *Transition) GetAtUnixMs() int64 {
 		return x.AtUnixMs
 	}
 	return 0
+}
+
+func (x *Transition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type SandboxStatus struct {
@@ -1791,7 +1807,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06Limits\x12\x12\n" +
 	"\x04pids\x18\x01 \x01(\x03R\x04pids\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\"\x94\x02\n" +
+	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\"\xbb\x02\n" +
 	"\tResources\x12+\n" +
 	"\x06limits\x18\x01 \x01(\v2\x13.stockade.v1.LimitsR\x06limits\x12\x1a\n" +
 	"\benforced\x18\x02 \x01(\bR\benforced\x12\x12\n" +
@@ -1801,7 +1817,9 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04pids\x18\x06 \x01(\x03R\x04pids\x12\x15\n" +
 	"\x06cpu_ms\x18\a \x01(\x03R\x05cpuMs\x12'\n" +
 	"\x0fworkspace_bytes\x18\b \x01(\x03R\x0eworkspaceBytes\x12\x1b\n" +
-	"\toom_kills\x18\t \x01(\x03R\boomKills\"X\n" +
+	"\toom_kills\x18\t \x01(\x03R\boomKills\x12%\n" +
+	"\x0eworkspace_note\x18\n" +
+	" \x01(\tR\rworkspaceNote\"X\n" +
 	"\x0eSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x04verb\x18\x03 \x01(\x0e2\x11.stockade.v1.VerbR\x04verbJ\x04\b\x01\x10\x02R\x05token\"\x1a\n" +
@@ -1811,14 +1829,15 @@ const file_stockade_proto_rawDesc = "" +
 	"\n" +
 	"audit_only\x18\x03 \x01(\bR\tauditOnly\x12\"\n" +
 	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12\x12\n" +
-	"\x04tail\x18\x05 \x01(\x05R\x04tailJ\x04\b\x01\x10\x02R\x05token\"f\n" +
+	"\x04tail\x18\x05 \x01(\x05R\x04tailJ\x04\b\x01\x10\x02R\x05token\"\x80\x01\n" +
 	"\n" +
 	"Transition\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\"\xec\x04\n" +
+	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xec\x04\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +

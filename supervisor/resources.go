@@ -73,7 +73,10 @@ func (r *resources) oomDetail() string {
 // report is the heartbeat's view.
 func (r *resources) report() *messages.Resources {
 	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs},
-		Enforced: r.group != nil, Note: r.note, WorkspaceBytes: r.wsBytes.Load()}
+		Enforced: r.group != nil, Note: r.note, WorkspaceBytes: r.wsBytes.Load(),
+		// Measured, not capped: a size limit needs project quotas, which
+		// stockade does not set up.
+		WorkspaceNote: "size measured, not limited (no project quota)"}
 	if r.group != nil {
 		m.Cgroup = r.group.Version()
 		if u, err := r.group.Usage(); err == nil {

@@ -114,7 +114,7 @@ func recordStatus(r store.Record) *messages.SandboxStatus {
 		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
 	}
 	for _, t := range s.Transitions {
-		st.Transitions = append(st.Transitions, &messages.Transition{From: t.From.String(), To: t.To.String(), Reason: reasonText(t.Reason), AtUnixMs: t.At.UnixMilli()})
+		st.Transitions = append(st.Transitions, &messages.Transition{From: t.From.String(), To: t.To.String(), Reason: reasonText(t.Reason), AtUnixMs: t.At.UnixMilli(), Message: t.Message})
 	}
 	return st
 }

@@ -45,7 +45,7 @@ func DefaultConfig() Config {
 		RepoDir: ".", Duration: 10 * time.Second, Runs: 3, Concurrency: []int{1, 16, 64},
 		Identity: "netlink", Audit: true, Binary: "/**", DNSNames: 100,
 		DNSClients: 4, DNSThreads: 1, DNSOutstanding: 100, BenchTime: "1s",
-		BenchPkgs: []string{"./policy/", "./boundary/identity/", "./client/", "./cmd/stockade/"}, Log: zerolog.Nop(),
+		BenchPkgs: []string{"./policy/", "./boundary/identity/", "./client/", "./cmd/stockade/", "./e2e/"}, Log: zerolog.Nop(),
 	}
 }
 

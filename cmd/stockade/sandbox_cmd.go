@@ -274,14 +274,16 @@ type resourcesView struct {
 	MemoryBytes    int64   `json:"memoryBytes" yaml:"memoryBytes"`
 	CPUMs          int64   `json:"cpuMs" yaml:"cpuMs"`
 	WorkspaceBytes int64   `json:"workspaceBytes" yaml:"workspaceBytes"`
+	WorkspaceNote  string  `json:"workspaceNote,omitempty" yaml:"workspaceNote,omitempty"`
 	OOMKills       int64   `json:"oomKills" yaml:"oomKills"`
 }
 
 type transitionView struct {
-	From   string `json:"from" yaml:"from"`
-	To     string `json:"to" yaml:"to"`
-	Reason string `json:"reason" yaml:"reason"`
-	At     string `json:"at" yaml:"at"`
+	From    string `json:"from" yaml:"from"`
+	To      string `json:"to" yaml:"to"`
+	Reason  string `json:"reason" yaml:"reason"`
+	At      string `json:"at" yaml:"at"`
+	Message string `json:"message,omitempty" yaml:"message,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -300,12 +302,13 @@ func viewOf(s *messages.SandboxStatus) statusView {
 		v.Restarts = map[string]int64{}
 	}
 	for _, t := range s.Transitions {
-		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs)})
+		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs), Message: t.Message})
 	}
 	if r := s.Resources; r != nil {
 		v.Resources = &resourcesView{Enforced: r.Enforced, Note: r.Note, Cgroup: r.Cgroup,
 			PidsLimit: r.GetLimits().GetPids(), MemoryLimit: r.GetLimits().GetMemoryBytes(), CPUs: r.GetLimits().GetCpus(),
-			Pids: r.Pids, MemoryBytes: r.MemoryBytes, CPUMs: r.CpuMs, WorkspaceBytes: r.WorkspaceBytes, OOMKills: r.OomKills}
+			Pids: r.Pids, MemoryBytes: r.MemoryBytes, CPUMs: r.CpuMs, WorkspaceBytes: r.WorkspaceBytes, OOMKills: r.OomKills,
+			WorkspaceNote: r.WorkspaceNote}
 	}
 	return v
 }
@@ -354,11 +357,11 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 						limits += " (not enforced: " + dash(r.Note) + ")"
 					}
 					fmt.Fprintf(tw, "limits\t%s\n", limits)
-					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, workspace %s, oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
-						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.WorkspaceBytes), r.OOMKills)
+					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
+						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
 				}
 				for _, t := range v.Transitions {
-					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, t.From, t.To, t.Reason)
+					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", t.At, t.From, t.To, t.Reason, t.Message)
 				}
 			})
 		},

@@ -22,6 +22,15 @@ func main() {
 		flood(os.Args[2], os.Args[3])
 		return
 	}
+	if len(os.Args) == 3 && os.Args[1] == "getpid" {
+		n, _ := strconv.Atoi(os.Args[2])
+		start := time.Now()
+		for range n {
+			unix.RawSyscall(unix.SYS_GETPID, 0, 0, 0)
+		}
+		fmt.Printf("getpid ns=%.1f\n", float64(time.Since(start).Nanoseconds())/float64(n))
+		return
+	}
 	if len(os.Args) == 4 && os.Args[1] == "spoof" {
 		spoof(os.Args[2], os.Args[3])
 		return
