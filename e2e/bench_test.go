@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // BenchmarkWorkloadSyscalls: a tight getpid loop (2,000,000 calls) in a
@@ -54,4 +55,43 @@ func BenchmarkWorkloadSyscalls(b *testing.B) {
 	b.ReportMetric(host/n, "host-ns/call")
 	b.ReportMetric(sandbox/n, "sandbox-ns/call")
 	b.ReportMetric(sandbox/host, "x-sandbox/host")
+}
+
+// BenchmarkContainmentCost: create -> Ready and one exec round trip with
+// the seccomp filter and the cgroup (as sandboxes run) and without them (a
+// gateway run --bench-unconfined), in turns; reports each and the ratios.
+func BenchmarkContainmentCost(b *testing.B) {
+	confined, unconfined := newWorld(b, 0), newWorld(b, 0, "--bench-unconfined")
+	type cost struct{ create, exec time.Duration }
+	measure := func(w *world, name string) cost {
+		t0 := time.Now()
+		if out, errOut, code := w.cli("create", name, "--policy", w.policy, "--", "/bin/sh", "-c", "exec sleep 1000"); code != 0 {
+			b.Fatalf("create: %d %s %s", code, out, errOut)
+		}
+		t1 := time.Now()
+		if out, errOut, code := w.cli("exec", name, "--", "/bin/true"); code != 0 {
+			b.Fatalf("exec: %d %s %s", code, out, errOut)
+		}
+		c := cost{create: t1.Sub(t0), exec: time.Since(t1)}
+		if _, errOut, code := w.cli("delete", name); code != 0 {
+			b.Fatalf("delete: %d %s", code, errOut)
+		}
+		return c
+	}
+	var on, off cost
+	b.ResetTimer()
+	for i := range b.N {
+		name := "cost-" + strconv.Itoa(i)
+		c := measure(confined, name)
+		u := measure(unconfined, name)
+		on.create, on.exec = on.create+c.create, on.exec+c.exec
+		off.create, off.exec = off.create+u.create, off.exec+u.exec
+	}
+	n := time.Duration(b.N)
+	b.ReportMetric(float64((on.create / n).Nanoseconds()), "confined-create-ns")
+	b.ReportMetric(float64((off.create / n).Nanoseconds()), "unconfined-create-ns")
+	b.ReportMetric(float64(on.create)/float64(off.create), "x-create")
+	b.ReportMetric(float64((on.exec / n).Nanoseconds()), "confined-exec-ns")
+	b.ReportMetric(float64((off.exec / n).Nanoseconds()), "unconfined-exec-ns")
+	b.ReportMetric(float64(on.exec)/float64(off.exec), "x-exec")
 }

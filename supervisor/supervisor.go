@@ -82,6 +82,10 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	if gid, err := strconv.ParseUint(pol.Process.RunAsGroup, 10, 32); err == nil {
 		ns.RunAsGroup = uint32(gid)
 	}
+	if sp.Unconfined {
+		log.Warn().Msg("UNCONFINED: no seccomp filter, no cgroup (gateway run --bench-unconfined: benchmarks only)")
+		ns.NoSeccomp = true
+	}
 	res := openResources(sp, dir, log)
 	defer res.close()
 	if res.group != nil {

@@ -42,8 +42,11 @@ type Config struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	// MaxConns caps each sandbox's concurrent mediated connections (0: 1,024).
-	MaxConns  int
-	Lifecycle lifecycle.Config
+	MaxConns int
+	// Unconfined starts sandboxes without seccomp and cgroup: only for the
+	// benchmark that measures their cost.
+	Unconfined bool
+	Lifecycle  lifecycle.Config
 	// RelayListen is where clients and supervisors meet for SSH relays
 	// (default 127.0.0.1:7421; port 0 picks one).
 	RelayListen string
@@ -167,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 			certPEM, keyPEM, _, err := pk.ca.IssueKeyPair(trust.Identity{Role: trust.RoleSupervisor, Name: name}, supervisorValidity)
 			return spec.Credentials{CA: caPEM, Cert: string(certPEM), Key: string(keyPEM)}, err
 		},
-		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback, MaxConns: cfg.MaxConns,
+		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback, MaxConns: cfg.MaxConns, Unconfined: cfg.Unconfined,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 

@@ -36,6 +36,8 @@ type Env struct {
 	DNSUpstream   string
 	AllowLoopback bool
 	MaxConns      int // per sandbox (0: the boundary's default)
+	// Unconfined: sandboxes without seccomp and cgroup (benchmarks only).
+	Unconfined bool
 	// Limits are the default resource limits of a sandbox created without
 	// its own (zero fields: DefaultLimits').
 	Limits    store.Limits

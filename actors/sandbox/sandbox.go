@@ -424,7 +424,7 @@ func (a *sandboxActor) launch(inst string) error {
 		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
 		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
 		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback, MaxConns: a.env.MaxConns,
-		Limits: specLimits(a.rec.Spec.Limits.Or(a.env.limits())),
+		Limits: specLimits(a.rec.Spec.Limits.Or(a.env.limits())), Unconfined: a.env.Unconfined,
 	}
 	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
 		return err

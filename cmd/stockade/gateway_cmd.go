@@ -72,12 +72,13 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")
+	f.BoolVar(&cfg.Unconfined, "bench-unconfined", false, "sandboxes without seccomp and cgroup (benchmarks of their cost only)")
 	f.BoolVar(&chaos, "chaos", false, "accept fault requests at run time, for the gateway and every supervisor (sandbox fault)")
 	f.Float64Var(&cfg.Lifecycle.BackoffScale, "backoff-scale", 1, "multiply recovery backoff delays")
 	f.DurationVar(&cfg.Lifecycle.Grace, "session-grace", 0, "how long a lost session may reconnect before the supervisor is respawned (default 20s)")
 	f.DurationVar(&cfg.Lifecycle.StartTimeout, "start-timeout", 0, "how long a start may take to bring the session up (default 30s)")
 	f.DurationVar(&cfg.Lifecycle.StableAfter, "stable-after", 0, "how long Ready must last to reset the recovery attempt count (default 30s)")
-	for _, n := range []string{"fault", "chaos", "backoff-scale", "session-grace", "start-timeout", "stable-after"} {
+	for _, n := range []string{"fault", "chaos", "bench-unconfined", "backoff-scale", "session-grace", "start-timeout", "stable-after"} {
 		_ = f.MarkHidden(n)
 	}
 	cmd.AddCommand(run)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,9 +58,11 @@ func runExec() int {
 	if err != nil {
 		return fail(err)
 	}
-	filter, err := seccompProgram()
-	if err != nil {
-		return fail(err)
+	var filter []bpf.RawInstruction
+	if !cfg.NoSeccomp {
+		if filter, err = seccompProgram(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := send(conn, message{Kind: msgReady, Warnings: warnings, LandlockABI: abi}); err != nil {
 		return exitFailed
@@ -73,8 +76,10 @@ func runExec() int {
 		return fail(err)
 	}
 	// Last: the filter denies calls the steps above make.
-	if err := applySeccomp(filter); err != nil {
-		return fail(err)
+	if filter != nil {
+		if err := applySeccomp(filter); err != nil {
+			return fail(err)
+		}
 	}
 	err = syscall.Exec(path, cfg.Argv, cfg.Env)
 	return fail(fmt.Errorf("execve %s: %w", path, err))

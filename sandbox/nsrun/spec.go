@@ -120,6 +120,9 @@ type Spec struct {
 	// the kernel's default, half the host's memory). Their pages are
 	// charged to the memory cgroup of whoever writes them.
 	TmpfsBytes int64
+	// NoSeccomp runs the workload without its seccomp filter: for the
+	// benchmark that measures the filter's cost only, never in service.
+	NoSeccomp bool
 	// Cgroup, when set, is called with init's host pid right after init
 	// starts and before it starts anything: it moves init (and so every
 	// process of the sandbox) into the sandbox's cgroup. An error fails
@@ -143,6 +146,7 @@ type stageConfig struct {
 	Hostname   string   `json:"hostname"`
 	ResolvConf string   `json:"resolv_conf"`
 	TmpfsBytes int64    `json:"tmpfs_bytes,omitempty"`
+	NoSeccomp  bool     `json:"no_seccomp,omitempty"`
 }
 
 // idMapping is the user namespace layout for one Start.
@@ -184,6 +188,7 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 		Hidden:     s.Hidden,
 		Hostname:   orDefault(s.Hostname, DefaultHostname),
 		TmpfsBytes: s.TmpfsBytes,
+		NoSeccomp:  s.NoSeccomp,
 		ResolvConf: orDefault(s.ResolvConf, DefaultResolvConf),
 	}
 	if cfg.Mode == 0 {

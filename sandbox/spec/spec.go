@@ -38,6 +38,10 @@ type Supervisor struct {
 	// Limits for the sandbox's cgroup (-1 or 0: unlimited), and the tmpfs
 	// sizes derived from the memory limit.
 	Limits Limits `json:"limits"`
+	// Unconfined runs the sandbox without its seccomp filter and cgroup:
+	// only for the benchmark that measures their cost (gateway run
+	// --bench-unconfined, hidden).
+	Unconfined bool `json:"unconfined,omitempty"`
 	// MaxConns caps the sandbox's concurrent mediated connections and DNS
 	// queries in flight (0: the boundary's default, 1,024).
 	MaxConns int `json:"maxConns,omitempty"`
