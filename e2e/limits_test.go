@@ -21,7 +21,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		if w.uid != 0 {
 			hog = "exec sleep 1000" // no limit here: the hog would complete
 		}
-		s := w.create("capped", hog, "--pids", "64", "--memory", "128M", "--cpus", "1")
+		s := w.create("capped", hog, "--pids", "64", "--memory", "128M", "--cpus", "1", "--io-bps", "1M")
 		out, _, code := w.cli("get", "capped", "-o", "json")
 		var g struct {
 			Resources struct {
@@ -30,20 +30,21 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 				PidsLimit   int64   `json:"pidsLimit"`
 				MemoryLimit int64   `json:"memoryLimitBytes"`
 				CPUs        float64 `json:"cpus"`
+				IOBps       int64   `json:"ioBps"`
 			} `json:"resources"`
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &g) != nil {
 			t.Fatalf("get: %d %s", code, out)
 		}
 		r := g.Resources
-		if r.PidsLimit != 64 || r.MemoryLimit != 128<<20 || r.CPUs != 1 {
+		if r.PidsLimit != 64 || r.MemoryLimit != 128<<20 || r.CPUs != 1 || r.IOBps != 1<<20 {
 			t.Fatalf("resources %+v, want the limits asked", r)
 		}
 		if w.uid != 0 {
 			// No delegated cgroup: it runs, and says so.
 			pollCLI(t, w, func() bool {
 				out, _, _ := w.cli("get", "capped", "-o", "json")
-				return strings.Contains(out, `"enforced": false`) && strings.Contains(out, "not enforced")
+				return strings.Contains(out, `"enforced": false`) && strings.Contains(out, "no delegated cgroup")
 			}, "get to say the limits are not enforced")
 			return
 		}
@@ -74,11 +75,19 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		}
 		// /tmp is a tmpfs of half the memory limit: 100 MiB do not fit.
 		pollCLI(t, w, func() bool {
-			out, _, _ = w.cli("exec", "capped", "--", "/bin/sh", "-c", `head -c 100m /dev/zero > /tmp/big; echo "tmp rc=$?"; rm -f /tmp/big`)
+			out, _, _ = w.cli("exec", "capped", "--", "/bin/sh", "-c", `head -c 100m /dev/zero > /tmp/big 2>/sandbox/tmp-err; echo "tmp rc=$?"; cat /sandbox/tmp-err; rm -f /tmp/big`)
 			return strings.Contains(out, "tmp rc=")
 		}, "an exec to run once the bomb's processes ended")
-		if !strings.Contains(out, "tmp rc=1") {
+		if !strings.Contains(out, "tmp rc=1") || !strings.Contains(out, "No space left on device") {
 			t.Fatalf("writing 100 MiB into /tmp: %q, want a failure (ENOSPC)", out)
+		}
+		// 2 MiB written past the page cache at 1 MiB/s take 2 s.
+		start := time.Now()
+		if out, errOut, code := w.cli("exec", "capped", "--", "/bin/sh", "-c", "dd if=/dev/zero of=/sandbox/io bs=256k count=8 oflag=direct 2>&1; rm -f /sandbox/io"); code != 0 {
+			t.Fatalf("dd: %d %s %s", code, out, errOut)
+		}
+		if took := time.Since(start); took < 1200*time.Millisecond {
+			t.Fatalf("2 MiB at --io-bps 1M took %s", took)
 		}
 	})
 }

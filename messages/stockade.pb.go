@@ -254,6 +254,7 @@ type Limits struct {
 	Pids          int64                  `protobuf:"varint,1,opt,name=pids,proto3" json:"pids,omitempty"`
 	MemoryBytes   int64                  `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // memory and swap together; tmpfs pages count too
 	Cpus          float64                `protobuf:"fixed64,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	IoBps         int64                  `protobuf:"varint,4,opt,name=io_bps,json=ioBps,proto3" json:"io_bps,omitempty"` // reads and writes on the workspace's disk, bytes/s each
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +310,13 @@ func (x *Limits) GetCpus() float64 {
 	return 0
 }
 
+func (x *Limits) GetIoBps() int64 {
+	if x != nil {
+		return x.IoBps
+	}
+	return 0
+}
+
 // Resources are a sandbox's limits and current use, as its supervisor
 // reports them with each heartbeat.
 type Resources struct {
@@ -323,6 +331,7 @@ type Resources struct {
 	WorkspaceBytes int64                  `protobuf:"varint,8,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
 	OomKills       int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
 	WorkspaceNote  string                 `protobuf:"bytes,10,opt,name=workspace_note,json=workspaceNote,proto3" json:"workspace_note,omitempty"` // e.g. "size not limited (no project quota)"
+	IoBytes        int64                  `protobuf:"varint,11,opt,name=io_bytes,json=ioBytes,proto3" json:"io_bytes,omitempty"`                  // read and written on block devices
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -425,6 +434,13 @@ func (x *Resources) GetWorkspaceNote() string {
 		return x.WorkspaceNote
 	}
 	return ""
+}
+
+func (x *Resources) GetIoBytes() int64 {
+	if x != nil {
+		return x.IoBytes
+	}
+	return 0
 }
 
 // SandboxRequest carries every verb on one existing sandbox.
@@ -1803,11 +1819,12 @@ const file_stockade_proto_rawDesc = "" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12\x12\n" +
 	"\x04argv\x18\x06 \x03(\tR\x04argv\x12\x18\n" +
 	"\arestart\x18\a \x01(\tR\arestart\x12+\n" +
-	"\x06limits\x18\b \x01(\v2\x13.stockade.v1.LimitsR\x06limitsJ\x04\b\x01\x10\x02R\x05token\"S\n" +
+	"\x06limits\x18\b \x01(\v2\x13.stockade.v1.LimitsR\x06limitsJ\x04\b\x01\x10\x02R\x05token\"j\n" +
 	"\x06Limits\x12\x12\n" +
 	"\x04pids\x18\x01 \x01(\x03R\x04pids\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\"\xbb\x02\n" +
+	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\x12\x15\n" +
+	"\x06io_bps\x18\x04 \x01(\x03R\x05ioBps\"\xd6\x02\n" +
 	"\tResources\x12+\n" +
 	"\x06limits\x18\x01 \x01(\v2\x13.stockade.v1.LimitsR\x06limits\x12\x1a\n" +
 	"\benforced\x18\x02 \x01(\bR\benforced\x12\x12\n" +
@@ -1819,7 +1836,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0fworkspace_bytes\x18\b \x01(\x03R\x0eworkspaceBytes\x12\x1b\n" +
 	"\toom_kills\x18\t \x01(\x03R\boomKills\x12%\n" +
 	"\x0eworkspace_note\x18\n" +
-	" \x01(\tR\rworkspaceNote\"X\n" +
+	" \x01(\tR\rworkspaceNote\x12\x19\n" +
+	"\bio_bytes\x18\v \x01(\x03R\aioBytes\"X\n" +
 	"\x0eSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x04verb\x18\x03 \x01(\x0e2\x11.stockade.v1.VerbR\x04verbJ\x04\b\x01\x10\x02R\x05token\"\x1a\n" +

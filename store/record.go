@@ -75,6 +75,7 @@ type Limits struct {
 	Pids        int64   `json:"pids,omitempty"`
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
+	IOBps       int64   `json:"ioBps,omitempty"`
 }
 
 // Or fills l's zero fields from def.
@@ -87,6 +88,9 @@ func (l Limits) Or(def Limits) Limits {
 	}
 	if l.CPUs == 0 {
 		l.CPUs = def.CPUs
+	}
+	if l.IOBps == 0 {
+		l.IOBps = def.IOBps
 	}
 	return l
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ type resources struct {
 	limits    spec.Limits
 	group     cgroup.Group
 	note      string // why limits are not enforced
+	ioNote    string // why the io limit is not
 	workspace string
 	wsBytes   atomic.Int64
 	baseOOM   int64
@@ -41,10 +43,19 @@ func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resource
 		return r
 	}
 	sum := sha256.Sum256([]byte(dir))
-	g, err := cgroup.New("stockade-"+sp.Name+"-"+hex.EncodeToString(sum[:4]),
-		cgroup.Limits{Pids: sp.Limits.Pids, MemoryBytes: sp.Limits.MemoryBytes, CPUs: sp.Limits.CPUs})
+	lim := cgroup.Limits{Pids: sp.Limits.Pids, MemoryBytes: sp.Limits.MemoryBytes, CPUs: sp.Limits.CPUs}
+	if sp.Limits.IOBps > 0 {
+		dev, err := cgroup.BlockDevice(sp.Workspace)
+		if err != nil {
+			r.ioNote = "io not limited: " + err.Error()
+			log.Warn().Err(err).Msg("io limit not enforced")
+		} else {
+			lim.IOBps, lim.IODevice = sp.Limits.IOBps, dev
+		}
+	}
+	g, err := cgroup.New("stockade-"+sp.Name+"-"+hex.EncodeToString(sum[:4]), lim)
 	if err != nil {
-		r.note = err.Error()
+		r.note = strings.TrimPrefix(err.Error(), cgroup.ErrNotEnforced.Error()+": ")
 		log.Warn().Err(err).Msg("resource limits not enforced for this sandbox")
 	} else {
 		r.group = g
@@ -76,15 +87,19 @@ func (r *resources) oomDetail() string {
 
 // report is the heartbeat's view.
 func (r *resources) report() *messages.Resources {
-	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs},
-		Enforced: r.group != nil, Note: r.note, WorkspaceBytes: r.wsBytes.Load(),
+	note := r.note
+	if note == "" {
+		note = r.ioNote
+	}
+	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs, IoBps: r.limits.IOBps},
+		Enforced: r.group != nil, Note: note, WorkspaceBytes: r.wsBytes.Load(),
 		// Measured, not capped: a size limit needs project quotas, which
 		// stockade does not set up.
 		WorkspaceNote: "size measured, not limited (no project quota)"}
 	if r.group != nil {
 		m.Cgroup = r.group.Version()
 		if u, err := r.group.Usage(); err == nil {
-			m.MemoryBytes, m.Pids, m.CpuMs, m.OomKills = u.MemoryBytes, u.Pids, u.CPU.Milliseconds(), u.OOMKills-r.baseOOM
+			m.MemoryBytes, m.Pids, m.CpuMs, m.OomKills, m.IoBytes = u.MemoryBytes, u.Pids, u.CPU.Milliseconds(), u.OOMKills-r.baseOOM, u.IOBytes
 		}
 	}
 	return m

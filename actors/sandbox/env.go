@@ -98,7 +98,7 @@ func (e *Env) limits() store.Limits { return e.Limits.Or(DefaultLimits()) }
 
 // specLimits hands effective limits to the supervisor (-1: unlimited).
 func specLimits(l store.Limits) spec.Limits {
-	s := spec.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.CPUs}
+	s := spec.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, IOBps: max(l.IOBps, 0)}
 	if s.Pids < 0 {
 		s.Pids = 0
 	}

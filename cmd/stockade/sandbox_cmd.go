@@ -127,7 +127,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 	var noWait bool
 	var timeout time.Duration
 	var pids int64
-	var memory string
+	var memory, ioBps string
 	var cpus float64
 	cmd := &cobra.Command{
 		Use:   "create NAME --policy FILE [--workdir DIR] [--pids N] [--memory SIZE] [--cpus N] [--no-wait] [-- CMD ARGS...]",
@@ -139,6 +139,11 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 				return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
 			}
 			limits := &messages.Limits{Pids: pids, Cpus: cpus}
+			if ioBps != "" {
+				if limits.IoBps, err = cgroup.ParseBytes(ioBps); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--io-bps: %w", err)}
+				}
+			}
 			switch memory {
 			case "", "0":
 			case "-1", "none":
@@ -175,6 +180,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 	f.Int64Var(&pids, "pids", 0, "most processes at once (default 512; -1: no limit)")
 	f.StringVar(&memory, "memory", "", "most memory, swap and tmpfs included, e.g. 512M or 4G (default 2G; none: no limit)")
 	f.Float64Var(&cpus, "cpus", 0, "most CPUs, e.g. 0.5 or 2 (default 2; -1: no limit)")
+	f.StringVar(&ioBps, "io-bps", "", "most bytes per second read and written each on the workspace's disk, e.g. 50M (default: no limit)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for Ready")
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
@@ -270,12 +276,14 @@ type resourcesView struct {
 	PidsLimit      int64   `json:"pidsLimit" yaml:"pidsLimit"`
 	MemoryLimit    int64   `json:"memoryLimitBytes" yaml:"memoryLimitBytes"`
 	CPUs           float64 `json:"cpus" yaml:"cpus"`
+	IOBps          int64   `json:"ioBps" yaml:"ioBps"`
 	Pids           int64   `json:"pids" yaml:"pids"`
 	MemoryBytes    int64   `json:"memoryBytes" yaml:"memoryBytes"`
 	CPUMs          int64   `json:"cpuMs" yaml:"cpuMs"`
 	WorkspaceBytes int64   `json:"workspaceBytes" yaml:"workspaceBytes"`
 	WorkspaceNote  string  `json:"workspaceNote,omitempty" yaml:"workspaceNote,omitempty"`
 	OOMKills       int64   `json:"oomKills" yaml:"oomKills"`
+	IOBytes        int64   `json:"ioBytes" yaml:"ioBytes"`
 }
 
 type transitionView struct {
@@ -308,7 +316,7 @@ func viewOf(s *messages.SandboxStatus) statusView {
 		v.Resources = &resourcesView{Enforced: r.Enforced, Note: r.Note, Cgroup: r.Cgroup,
 			PidsLimit: r.GetLimits().GetPids(), MemoryLimit: r.GetLimits().GetMemoryBytes(), CPUs: r.GetLimits().GetCpus(),
 			Pids: r.Pids, MemoryBytes: r.MemoryBytes, CPUMs: r.CpuMs, WorkspaceBytes: r.WorkspaceBytes, OOMKills: r.OomKills,
-			WorkspaceNote: r.WorkspaceNote}
+			WorkspaceNote: r.WorkspaceNote, IOBps: r.GetLimits().GetIoBps(), IOBytes: r.IoBytes}
 	}
 	return v
 }
@@ -351,14 +359,15 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "restarts\t%s\n", dash(strings.Join(rs, " ")))
 				if r := v.Resources; r != nil {
-					limits := fmt.Sprintf("pids %s, memory %s, cpus %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
-						cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)))
+					limits := fmt.Sprintf("pids %s, memory %s, cpus %s, io %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
+						cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)),
+						orNone(r.IOBps, cgroup.FormatBytes(r.IOBps)+"/s"))
 					if !r.Enforced {
 						limits += " (not enforced: " + dash(r.Note) + ")"
 					}
 					fmt.Fprintf(tw, "limits\t%s\n", limits)
-					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
-						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
+					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
+						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
 				}
 				for _, t := range v.Transitions {
 					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", t.At, t.From, t.To, t.Reason, t.Message)

@@ -21,6 +21,10 @@ type Limits struct {
 	Pids        int64
 	MemoryBytes int64 // memory and swap together
 	CPUs        float64
+	// IOBps caps reads and writes (bytes per second, each) on IODevice,
+	// a block device "MAJOR:MINOR" (the workspace's disk).
+	IOBps    int64
+	IODevice string
 }
 
 // Usage of one sandbox's group.
@@ -30,6 +34,8 @@ type Usage struct {
 	CPU         time.Duration
 	// OOMKills counts the processes the kernel killed for memory.
 	OOMKills int64
+	// IOBytes counts the bytes read and written on block devices.
+	IOBytes int64
 }
 
 // Group is one sandbox's control group.
@@ -145,9 +151,13 @@ type v1 struct{ dirs map[string]string }
 
 func newV1(root string, own map[string]string, name string, l Limits) (Group, error) {
 	g := &v1{dirs: map[string]string{}}
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "blkio"} {
 		mount := filepath.Join(root, c)
 		if _, err := os.Stat(mount); err != nil {
+			if c == "blkio" && l.IOBps <= 0 {
+				continue // io is neither limited nor measured there
+			}
+			g.remove()
 			return nil, fmt.Errorf("%w: cgroup v1 controller %s is not mounted at %s", ErrNotEnforced, c, mount)
 		}
 		dir := filepath.Join(mount, own[c], name)
@@ -172,6 +182,11 @@ func newV1(root string, own map[string]string, name string, l Limits) (Group, er
 		const period = 100000
 		errs = append(errs, write(filepath.Join(g.dirs["cpu"], "cpu.cfs_period_us"), strconv.Itoa(period)),
 			write(filepath.Join(g.dirs["cpu"], "cpu.cfs_quota_us"), strconv.FormatInt(int64(l.CPUs*period), 10)))
+	}
+	if l.IOBps > 0 && l.IODevice != "" {
+		v := l.IODevice + " " + strconv.FormatInt(l.IOBps, 10)
+		errs = append(errs, write(filepath.Join(g.dirs["blkio"], "blkio.throttle.read_bps_device"), v),
+			write(filepath.Join(g.dirs["blkio"], "blkio.throttle.write_bps_device"), v))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -203,6 +218,9 @@ func (g *v1) Usage() (Usage, error) {
 	u.CPU = time.Duration(ns)
 	u.OOMKills, err = keyed(filepath.Join(g.dirs["memory"], "memory.oom_control"), "oom_kill")
 	errs = append(errs, err)
+	if b := g.dirs["blkio"]; b != "" {
+		u.IOBytes, _ = keyed(filepath.Join(b, "blkio.throttle.io_service_bytes_recursive"), "Total")
+	}
 	return u, errors.Join(errs...)
 }
 
@@ -227,7 +245,7 @@ func newV2(dir string, l Limits) (Group, error) {
 	parent := filepath.Dir(dir)
 	// The parent must hand the controllers down (it may refuse when it
 	// holds processes itself: the v2 "no internal processes" rule).
-	if err := write(filepath.Join(parent, "cgroup.subtree_control"), "+memory +pids +cpu"); err != nil {
+	if err := write(filepath.Join(parent, "cgroup.subtree_control"), "+memory +pids +cpu +io"); err != nil {
 		return nil, fmt.Errorf("%w: enable controllers in %s: %v", ErrNotEnforced, parent, err)
 	}
 	if err := mkdir(dir); err != nil {
@@ -247,6 +265,9 @@ func newV2(dir string, l Limits) (Group, error) {
 	if l.CPUs > 0 {
 		const period = 100000
 		errs = append(errs, write(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", int64(l.CPUs*period), period)))
+	}
+	if l.IOBps > 0 && l.IODevice != "" {
+		errs = append(errs, write(filepath.Join(dir, "io.max"), fmt.Sprintf("%s rbps=%d wbps=%d", l.IODevice, l.IOBps, l.IOBps)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -273,6 +294,7 @@ func (g *v2) Usage() (Usage, error) {
 	u.CPU = time.Duration(us) * time.Microsecond
 	u.OOMKills, err = keyed(filepath.Join(g.dir, "memory.events"), "oom_kill")
 	errs = append(errs, err)
+	u.IOBytes = ioStatBytes(filepath.Join(g.dir, "io.stat"))
 	return u, errors.Join(errs...)
 }
 
@@ -297,4 +319,45 @@ func procs(path string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// ioStatBytes sums rbytes and wbytes of every device in a v2 io.stat.
+func ioStatBytes(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, f := range strings.Fields(string(b)) {
+		for _, k := range []string{"rbytes=", "wbytes="} {
+			if v, ok := strings.CutPrefix(f, k); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// BlockDevice returns "MAJOR:MINOR" of the disk holding path (the whole
+// disk when path's device is a partition), for Limits.IODevice; an error
+// when path is not on a block device (tmpfs, overlay, a network fs).
+func BlockDevice(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sys := filepath.Join("/sys/dev/block", dev)
+	if _, err := os.Stat(sys); err != nil {
+		return "", fmt.Errorf("cgroup: %s is not on a block device (%s)", path, dev)
+	}
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		b, err := os.ReadFile(filepath.Join(sys, "..", "dev"))
+		if err != nil {
+			return "", fmt.Errorf("cgroup: the disk of partition %s: %w", dev, err)
+		}
+		dev = strings.TrimSpace(string(b))
+	}
+	return dev, nil
 }

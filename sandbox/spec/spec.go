@@ -52,6 +52,7 @@ type Limits struct {
 	Pids        int64   `json:"pids,omitempty"`
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
+	IOBps       int64   `json:"ioBps,omitempty"`
 }
 
 // Credentials are PEM blocks: the CA certificate, the supervisor's
