@@ -369,8 +369,8 @@ func newGetCmd(co *clientOpts) *cobra.Command {
 					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
 						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
 				}
-				for _, t := range v.Transitions {
-					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", t.At, t.From, t.To, t.Reason, t.Message)
+				for _, t := range v.Transitions { // messages: -o json or yaml
+					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, t.From, t.To, t.Reason)
 				}
 			})
 		},
