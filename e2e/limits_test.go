@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TestResourceLimits: a sandbox created with --pids 64 --memory 128M: a
@@ -42,7 +44,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		}
 		if w.uid != 0 {
 			// No delegated cgroup: it runs, and says so.
-			pollCLI(t, w, func() bool {
+			testenv.Eventually(t, 30*time.Second, func() bool {
 				out, _, _ := w.cli("get", "capped", "-o", "json")
 				return strings.Contains(out, `"enforced": false`) && strings.Contains(out, "no delegated cgroup")
 			}, "get to say the limits are not enforced")
@@ -50,7 +52,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		}
 		// The hog: OOM-killed, then the sandbox recovers on the same workspace.
 		w.waitPhase("capped", "Ready", 30*time.Second, func(st status) bool { return st.SupervisorPid != s.SupervisorPid || st.WorkloadPid != s.WorkloadPid })
-		pollCLI(t, w, func() bool {
+		testenv.Eventually(t, 30*time.Second, func() bool {
 			out, _, _ := w.cli("logs", "capped", "--audit")
 			return strings.Contains(out, "(WorkloadFailed): out of memory (limit 128 MiB)")
 		}, "the lifecycle log to say out of memory")
@@ -74,7 +76,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 			t.Fatalf("during the bomb: %s", out)
 		}
 		// /tmp is a tmpfs of half the memory limit: 100 MiB do not fit.
-		pollCLI(t, w, func() bool {
+		testenv.Eventually(t, 30*time.Second, func() bool {
 			out, _, _ = w.cli("exec", "capped", "--", "/bin/sh", "-c", `head -c 100m /dev/zero > /tmp/big 2>/sandbox/tmp-err; echo "tmp rc=$?"; cat /sandbox/tmp-err; rm -f /tmp/big`)
 			return strings.Contains(out, "tmp rc=")
 		}, "an exec to run once the bomb's processes ended")
@@ -90,15 +92,4 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 			t.Fatalf("2 MiB at --io-bps 1M took %s", took)
 		}
 	})
-}
-
-func pollCLI(t *testing.T, w *world, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -43,13 +43,7 @@ func TestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() {
-		killAll(g)
-		deadline := time.Now().Add(5 * time.Second)
-		for g.Remove() != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	removeAtEnd(t, g)
 	// A fork bomb: 100 sleepers asked for, the group holds 16 processes.
 	bomb := startIn(t, g, `for i in $(seq 100); do sleep 30 & done 2>/dev/null; sleep 30`)
 	var u Usage
@@ -120,13 +114,7 @@ func TestIOThrottle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() {
-		killAll(g)
-		deadline := time.Now().Add(5 * time.Second)
-		for g.Remove() != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	removeAtEnd(t, g)
 	start := time.Now()
 	w := startIn(t, g, "dd if=/dev/zero of="+filepath.Join(dir, "f")+" bs=256k count=8 oflag=direct 2>/dev/null")
 	if err := w.Wait(); err != nil {
@@ -141,4 +129,15 @@ func TestIOThrottle(t *testing.T) {
 		t.Fatalf("2 MiB at 1 MiB/s took %s, %d bytes counted", took, u.IOBytes)
 	}
 	t.Logf("2 MiB direct write at 1 MiB/s on %s: %s, %d bytes counted", dev, took.Round(time.Millisecond), u.IOBytes)
+}
+
+// removeAtEnd kills what is left in g and removes it when the test ends.
+func removeAtEnd(t *testing.T, g Group) {
+	t.Cleanup(func() {
+		killAll(g)
+		deadline := time.Now().Add(5 * time.Second)
+		for g.Remove() != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
