@@ -318,9 +318,15 @@ func (w *world) create(name, script string, extra ...string) status {
 // file waits for a file the workload writes into its workspace.
 func (w *world) file(s status, name string) string {
 	w.t.Helper()
+	return w.fileWithin(s, name, 15*time.Second)
+}
+
+// fileWithin is file with its own deadline (for slow work: a flood).
+func (w *world) fileWithin(s status, name string, d time.Duration) string {
+	w.t.Helper()
 	p := filepath.Join(s.Workspace, name)
 	var b []byte
-	testenv.Eventually(w.t, 15*time.Second, func() bool {
+	testenv.Eventually(w.t, d, func() bool {
 		var err error
 		b, err = os.ReadFile(p)
 		return err == nil && bytes.HasSuffix(b, []byte("\n"))
