@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -51,8 +52,12 @@ func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
 		dial = cfg.Verifier
 	}
 	g := &guard{rules: cfg.Rules, log: cfg.Log, refused: cfg.Refused, self: sys.Address}
+	host := cfg.Host
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		host = "[" + host + "]" // protoactor joins host and port with a bare ":"
+	}
 	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g}
-	rc := remote.Configure(cfg.Host, cfg.Port,
+	rc := remote.Configure(host, cfg.Port,
 		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),
 			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial)))))
