@@ -12,10 +12,10 @@ import (
 // Well-known actor ids: the only remote targets besides futures (replies).
 const (
 	// APIActor is the gateway's API actor: clients' requests.
-	APIActor = "api"
+	APIActor = "gateway/api"
 	// HelloActor is the gateway's door for supervisors: Hello only, for the
 	// sandbox the supervisor's certificate names.
-	HelloActor = "hello"
+	HelloActor = "gateway/hello"
 	// SupervisorSession is a supervisor's session actor: the gateway's
 	// commands (SetPolicy, OpenRelay, FaultRequest).
 	SupervisorSession = "session"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -186,15 +187,30 @@ func Run(ctx context.Context, cfg Config) error {
 			default:
 			}
 		}))
+	// The API actor (clients) and the hello actor (supervisors) are the
+	// root's children like the rest, so the root's strategy logs, counts
+	// and gives up on them too; their ids are well known to remote peers.
+	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
+	apiProps := actor.PropsFromProducer(func() actor.Actor {
+		return &apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes}
+	}, actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
+	helloProps := actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
+		actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
 	rootProps := actor.PropsFromProducer(func() actor.Actor {
 		return actor.ReceiveFunc(func(c actor.Context) {
-			if _, ok := c.Message().(*actor.Started); ok {
-				if _, err := c.SpawnNamed(relay.ListenerProps(relayLn, cfg.Log), "relay-listener"); err != nil {
-					panic(fmt.Errorf("spawn relay-listener: %w", err))
+			switch c.Message().(type) {
+			case *actor.Started:
+				for _, k := range []struct {
+					name  string
+					props *actor.Props
+				}{{"relay-listener", relay.ListenerProps(relayLn, cfg.Log)}, {"sandboxes", sandbox.Props(env)},
+					{path.Base(transport.APIActor), apiProps}, {path.Base(transport.HelloActor), helloProps}} {
+					if _, err := c.SpawnNamed(k.props, k.name); err != nil {
+						panic(fmt.Errorf("spawn %s: %w", k.name, err))
+					}
 				}
-				if _, err := c.SpawnNamed(sandbox.Props(env), "sandboxes"); err != nil {
-					panic(fmt.Errorf("spawn sandboxes: %w", err))
-				}
+			case *rootReady:
+				c.Respond(&rootReady{}) // after Started: the children exist
 			}
 		})
 	}, actor.WithSupervisor(rootStrategy))
@@ -202,22 +218,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: spawn root: %w", err)
 	}
-	// The API actor (clients) and the hello actor (supervisors) have
-	// well-known top-level ids so that remote peers can address them; they
-	// are supervised by the same strategy.
-	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
-	apiProps := actor.PropsFromProducer(func() actor.Actor {
-		return &apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes}
-	}, actor.WithSupervisor(rootStrategy), actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
-	api, err := sys.Root.SpawnNamed(apiProps, transport.APIActor)
-	if err != nil {
-		return fmt.Errorf("gateway: spawn api: %w", err)
-	}
-	helloProps := actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
-		actor.WithSupervisor(rootStrategy), actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
-	hello, err := sys.Root.SpawnNamed(helloProps, transport.HelloActor)
-	if err != nil {
-		return fmt.Errorf("gateway: spawn hello: %w", err)
+	if _, err := sys.Root.RequestFuture(root, &rootReady{}, 10*time.Second).Result(); err != nil {
+		return fmt.Errorf("gateway: root did not start: %w", err)
 	}
 	if err := pk.writeLocalConfig(ctx, cfg.StateDir, addr); err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -231,11 +233,12 @@ func Run(ctx context.Context, cfg Config) error {
 	case why := <-gaveUp:
 		return fmt.Errorf("gateway gave up: %s", why)
 	}
-	_ = sys.Root.StopFuture(api).Wait()
-	_ = sys.Root.StopFuture(hello).Wait()
 	_ = sys.Root.StopFuture(root).Wait()
 	return nil
 }
+
+// rootReady asks the root whether it has spawned its children.
+type rootReady struct{}
 
 // apiActor serves clients: it checks that the caller is a client (the
 // transport already did), answers certificate requests and gateway faults
