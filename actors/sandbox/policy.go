@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,17 +37,24 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
 		return
 	}
-	spec := &a.rec.Spec
+	// Persist, then apply: the new version goes into a copy of the record,
+	// which replaces the live one only once it is on disk.
+	rec := a.rec
+	spec := &rec.Spec
 	old := store.PolicyRev{Version: spec.PolicyVersion, Policy: spec.Policy, Until: time.Now()}
-	spec.PolicyHistory = append(spec.PolicyHistory, old)
+	spec.PolicyHistory = append(slices.Clone(spec.PolicyHistory), old)
 	if n := len(spec.PolicyHistory); n > store.PolicyHistoryLen {
 		spec.PolicyHistory = spec.PolicyHistory[n-store.PolicyHistoryLen:]
 	}
 	spec.Policy, spec.PolicyVersion = string(m.Policy), spec.PolicyVersion+1
-	if err := a.persistErr(); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+	rec.Lifecycle = a.m.Snapshot()
+	if err := a.env.Store.Put(context.Background(), rec); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL,
+			Message: fmt.Sprintf("sandbox %s: policy not set: save state: %v (the current version stays; retry)", a.name, err)})
 		return
 	}
+	a.rec = rec
+	spec = &a.rec.Spec
 	a.env.Log.Info().Str("sandbox", a.name).Uint64("policy_version", spec.PolicyVersion).Msg("policy saved")
 	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
 	v := spec.PolicyVersion

@@ -241,7 +241,11 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("unknown verb %s", req.Verb)})
 		return
 	}
-	t, err := a.m.Apply(v)
+	// Persist, then apply: the step is taken on a copy of the machine and
+	// the record; both replace the live ones only once the record is on
+	// disk. A failed write changes nothing, and the verb can be retried.
+	next := a.m.Clone()
+	t, err := next.Apply(v)
 	if err != nil {
 		var re *lifecycle.RefusedError
 		if errors.As(err, &re) {
@@ -251,18 +255,22 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
 		return
 	}
+	rec := a.rec
 	switch v {
 	case lifecycle.VerbStart, lifecycle.VerbRecover:
-		a.rec.Intent = store.IntentRunning
+		rec.Intent = store.IntentRunning
 	case lifecycle.VerbStop, lifecycle.VerbStopForce:
-		a.rec.Intent = store.IntentStopped
+		rec.Intent = store.IntentStopped
 	case lifecycle.VerbDelete, lifecycle.VerbDeleteKeepWorkspace:
-		a.rec.Intent, a.rec.KeepWorkspace = store.IntentDeleted, v == lifecycle.VerbDeleteKeepWorkspace
+		rec.Intent, rec.KeepWorkspace = store.IntentDeleted, v == lifecycle.VerbDeleteKeepWorkspace
 	}
-	if err := a.persistErr(); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+	rec.Lifecycle = next.Snapshot()
+	if err := a.env.Store.Put(context.Background(), rec); err != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Sandbox: a.status(),
+			Message: fmt.Sprintf("sandbox %s: %s not done: save state: %v (nothing changed; retry)", a.name, v, err)})
 		return
 	}
+	a.m, a.rec = next, rec
 	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
 	a.carryOut(ctx, t)
 }

@@ -177,6 +177,14 @@ func Restore(s Snapshot, cfg Config, supervisorAlive bool, opts ...Option) (*Mac
 // Phase returns the current phase.
 func (m *Machine) Phase() Phase { return m.phase }
 
+// Clone returns an independent copy: a step can be taken on the copy and
+// the copy kept only once its state is persisted (persist, then apply).
+func (m *Machine) Clone() *Machine {
+	c := *m
+	c.history = slices.Clone(m.history)
+	return &c
+}
+
 // Snapshot returns the state to persist and show.
 func (m *Machine) Snapshot() Snapshot {
 	s := Snapshot{

@@ -241,3 +241,27 @@ func TestEnumNames(t *testing.T) {
 		t.Error("verb 0 applied")
 	}
 }
+
+// TestCloneIsIndependent: a step taken on a clone leaves the original as
+// it was (persist, then apply: the actor keeps the clone only once saved).
+func TestCloneIsIndependent(t *testing.T) {
+	m := New(Config{})
+	if _, err := m.Apply(VerbCreate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.On(SessionUp{}); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Snapshot()
+	c := m.Clone()
+	if _, err := c.Apply(VerbDelete); err != nil {
+		t.Fatal(err)
+	}
+	if c.Phase() != PhaseDeleting || m.Phase() != PhaseReady {
+		t.Fatalf("clone %s, original %s; want Deleting and Ready", c.Phase(), m.Phase())
+	}
+	after := m.Snapshot()
+	if len(after.Transitions) != len(before.Transitions) || after.Phase != before.Phase || after.Message != before.Message {
+		t.Fatalf("the original changed: %+v -> %+v", before, after)
+	}
+}
