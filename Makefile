@@ -6,7 +6,7 @@ PKGS      := ./...
 GOFLAGS   ?=
 export GOFLAGS
 
-.PHONY: all build run run-boundary test test-race vet fmt-check bench fuzz chaos clean generate
+.PHONY: all build run run-boundary test test-race vet fmt-check repo-check bench fuzz chaos clean generate
 
 all: build
 
@@ -28,9 +28,18 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
+# No build outputs in git: no tracked file over 3 MB, no compiled binary.
+repo-check:
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 3000000 {print $$2}'); \
+	  if [ -n "$$big" ]; then echo "files over 3 MB are tracked (build outputs do not belong in git): $$big"; exit 1; fi; \
+	  elf=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] && echo "$$f"; done; true' sh); \
+	  if [ -n "$$elf" ]; then echo "compiled binaries are tracked: $$elf"; exit 1; fi; \
+	fi
+
 # Unit, integration and end-to-end tests (real sockets on 127.0.0.1, real
 # curl and dig). Tests that need root or tools skip outside CI and fail in CI.
-test: fmt-check vet
+test: fmt-check vet repo-check
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 	$(GO) test -count=1 -race -timeout 10m ./actors/... ./audit/... ./chaos/fault/... ./boundary/...
 	# One chaos run per race-checked process: protoactor's remote.Start sets
