@@ -33,6 +33,10 @@ const supervisorMarker = "supervisor"
 // stopGrace is how long a graceful stop waits before SIGKILL.
 const stopGrace = 10 * time.Second
 
+// killWait bounds waiting, inside Receive, for a SIGKILLed supervisor to
+// be gone before its successor starts.
+const killWait = 5 * time.Second
+
 // sandboxActor is sandbox/NAME. Its state is the store record; after a
 // restart it reloads it and adopts the supervisor if it still runs.
 type sandboxActor struct {
@@ -402,8 +406,20 @@ func (a *sandboxActor) recordTransition(r lifecycle.Record) {
 func (a *sandboxActor) spawn(ctx actor.Context) {
 	a.dropSession(ctx)
 	if h := a.sup; h != nil {
+		// Never two supervisors on one workspace: the old one is killed
+		// and gone before a new one starts. Bounded: a supervisor that
+		// does not die within killWait fails this start (retried later).
+		kctx, cancel := context.WithTimeout(context.Background(), killWait)
+		err := h.Stop(kctx, 0)
+		cancel()
+		if err != nil {
+			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("the previous supervisor did not exit")
+			a.step(ctx, func() (lifecycle.Transition, error) {
+				return a.m.On(lifecycle.StartFailed{Detail: fmt.Sprintf("the previous supervisor (pid %d) did not exit: %v", h.Pid, err)})
+			})
+			return
+		}
 		a.sup = nil
-		_ = h.Stop(context.Background(), 0) // never two supervisors on one workspace
 	}
 	inst := newInstance()
 	a.rec.InstanceID, a.rec.WorkloadPID = inst, 0
