@@ -1,6 +1,8 @@
 package trust
 
 import (
+	"github.com/stockade-dev/stockade/internal/testenv"
+
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -158,9 +160,7 @@ func TestCAKeyModeRefused(t *testing.T) {
 }
 
 func TestCAKeyOwnerRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown")
-	}
+	testenv.NeedRoot(t) // to chown the key to another uid
 	dir := filepath.Join(t.TempDir(), "pki")
 	if _, _, err := LoadOrCreateCA(dir); err != nil {
 		t.Fatal(err)
