@@ -1,8 +1,6 @@
 package trust
 
 import (
-	"github.com/stockade-dev/stockade/internal/testenv"
-
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 func newCA(t *testing.T) *CA {
