@@ -251,14 +251,7 @@ func (s *session) serveRelay(m *messages.OpenRelay) {
 // fromGateway: the session takes commands only from a gateway node (the
 // transport admits no one else; checked again here).
 func (s *session) fromGateway(ctx actor.Context) bool {
-	id, ok := transport.Caller(ctx, trust.RoleGateway, "")
-	if !ok {
-		s.log.Warn().Str("peer", id.String()).Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("command refused: not from the gateway")
-		if ctx.Sender() != nil {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "commands are taken from the gateway only"})
-		}
-	}
-	return ok
+	return transport.Authorize(ctx, s.log, trust.RoleGateway, "")
 }
 
 // forMe: a command names this sandbox (and instance, when given); a

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/trust"
 )
 
@@ -254,4 +255,25 @@ func Caller(ctx actor.Context, role trust.Role, name string) (trust.Identity, bo
 		return id, true
 	}
 	return id, id.Role == role && (name == "" || id.Name == name)
+}
+
+// Authorize is Caller for handlers: it reports whether the current message
+// may come from its sender (a local sender, or a remote one of role and,
+// when name is not empty, of name); a refusal is logged and, to a
+// requester, answered UNAUTHENTICATED.
+func Authorize(ctx actor.Context, log zerolog.Logger, role trust.Role, name string) bool {
+	id, ok := Caller(ctx, role, name)
+	if !ok {
+		Refuse(ctx, log, id)
+	}
+	return ok
+}
+
+// Refuse logs a message refused to peer id and answers a requester.
+func Refuse(ctx actor.Context, log zerolog.Logger, id trust.Identity) {
+	log.Warn().Str("peer", id.String()).Str("actor", ctx.Self().GetId()).
+		Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("message refused: wrong caller")
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this caller may not send that here"})
+	}
 }

@@ -289,20 +289,7 @@ func (a *apiActor) Receive(ctx actor.Context) {
 // callerIs checks a remote caller's role (defense in depth: the transport
 // routes only clients here); a local caller (no peer header) is trusted.
 func (a *apiActor) callerIs(ctx actor.Context, role trust.Role) bool {
-	return callerIs(ctx, a.log, role, "")
-}
-
-func callerIs(ctx actor.Context, log zerolog.Logger, role trust.Role, name string) bool {
-	id, ok := transport.Caller(ctx, role, name)
-	if ok {
-		return true
-	}
-	log.Warn().Str("peer", id.String()).Str("message_type", fmt.Sprintf("%T", ctx.Message())).
-		Str("actor", ctx.Self().GetId()).Msg("request refused: wrong caller")
-	if ctx.Sender() != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this caller may not send that here"})
-	}
-	return false
+	return transport.Authorize(ctx, a.log, role, "")
 }
 
 // armFault arms a rule in the gateway's own fault set.

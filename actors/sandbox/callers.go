@@ -35,28 +35,15 @@ func (a *sandboxActor) from(ctx actor.Context, role trust.Role, name string) boo
 // actor, which checked the supervisor) is taken.
 func (a *sandboxActor) fromOwnSession(ctx actor.Context) bool {
 	if id, remote := transport.Peer(ctx); remote {
-		refused(ctx, a.env.Log, id)
+		transport.Refuse(ctx, a.env.Log, id)
 		return false
 	}
 	return true
 }
 
-// allowed checks the caller of the current message; a refusal is logged
-// and answered.
+// allowed checks the caller of the current message (transport.Authorize).
 func allowed(ctx actor.Context, log zerolog.Logger, role trust.Role, name string) bool {
-	id, ok := transport.Caller(ctx, role, name)
-	if !ok {
-		refused(ctx, log, id)
-	}
-	return ok
-}
-
-func refused(ctx actor.Context, log zerolog.Logger, id trust.Identity) {
-	log.Warn().Str("peer", id.String()).Str("actor", ctx.Self().GetId()).
-		Str("message_type", fmt.Sprintf("%T", ctx.Message())).Msg("message refused: wrong caller")
-	if ctx.Sender() != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_UNAUTHENTICATED, Message: "this caller may not send that here"})
-	}
+	return transport.Authorize(ctx, log, role, name)
 }
 
 // relayReply asks to (a supervisor) and answers the current requester with
