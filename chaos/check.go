@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/stockade-dev/stockade/contract"
 )
 
 // checkWorkspaces: every file an exec wrote and acknowledged (exit status
@@ -49,7 +51,7 @@ func (r *runner) checkAudit() {
 	}
 	r.l.mu.Unlock()
 	for sandbox, want := range denials {
-		got, err := auditDenials(filepath.Join(r.w.state, "sandboxes", sandbox))
+		got, err := auditDenials(r.w.logDir(sandbox))
 		if err != nil {
 			r.violate("denials-audited", "%s: %v", sandbox, err)
 			continue
@@ -232,4 +234,14 @@ func leftovers(state string, made map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// logDir is the log directory of the current creation of sandbox (a
+// deleted sandbox's is removed, so there is at most one).
+func (w *world) logDir(sandbox string) string {
+	l := contract.StateDir(w.state)
+	if dirs, _ := filepath.Glob(l.Logs(sandbox, "*")); len(dirs) > 0 {
+		return dirs[len(dirs)-1]
+	}
+	return l.Sandbox(sandbox)
 }

@@ -1,10 +1,8 @@
 package chaos
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,13 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/internal/testworld"
 	"github.com/stockade-dev/stockade/messages"
 )
 
@@ -39,8 +37,7 @@ type world struct {
 	addr    string // API address, fixed after the first start
 	relay   string
 	metrics string
-	gw      *exec.Cmd
-	gwDone  chan struct{}
+	gw      *testworld.Process
 	cl      *client.Client
 	// down is set while the gateway is known to be down (killed, not yet
 	// restarted): failures then are expected.
@@ -93,7 +90,8 @@ network_policies:
 `, rev, port)
 }
 
-// startGateway starts (or restarts) the gateway and waits for its API.
+// startGateway starts (or restarts) the gateway and waits for its ready
+// file; its output is appended to gateway.log in the run dir.
 func (w *world) startGateway(ctx context.Context) error {
 	w.mu.Lock()
 	listen, relay := "127.0.0.1:0", "127.0.0.1:0"
@@ -104,109 +102,56 @@ func (w *world) startGateway(ctx context.Context) error {
 	args := append([]string{"gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", relay,
 		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json", "--metrics", "127.0.0.1:0", "--chaos"},
 		w.gwFlags...)
-	lf, err := os.OpenFile(filepath.Join(w.dir, "gateway.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	// A restart keeps its ports; another process's outgoing connection
+	// may hold one for a moment: RetryInUse.
+	p, err := testworld.StartProcess(ctx, testworld.Spec{Bin: w.bin, Args: args, Dir: w.dir, Name: "gateway",
+		Timeout: 30 * time.Second, RetryInUse: 10 * time.Second})
 	if err != nil {
-		return fmt.Errorf("chaos: gateway log: %w", err)
-	}
-	cmd := exec.Command(w.bin, args...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		lf.Close()
 		return fmt.Errorf("chaos: %w", err)
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return fmt.Errorf("chaos: start gateway: %w", err)
+	// One client for the whole run: the gateway keeps its address across
+	// restarts, and starting a second protoactor remote in one process
+	// races on grpc's global logger.
+	w.mu.Lock()
+	cl := w.cl
+	w.mu.Unlock()
+	if cl == nil {
+		cfg, err := client.ReadConfig(filepath.Join(w.state, client.ConfigFile))
+		if err == nil {
+			cl, err = client.Dial(p.Addrs.API, cfg, zerolog.Nop())
+		}
+		if err != nil {
+			_ = p.Kill()
+			return fmt.Errorf("chaos: dial gateway: %w", err)
+		}
 	}
-	_ = pw.Close()
-	type addrs struct{ api, relay, metrics string }
-	ready := make(chan addrs, 1)
-	go func() {
-		var a addrs
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			_, _ = lf.Write(append(line, '\n'))
-			var m map[string]any
-			if json.Unmarshal(line, &m) != nil {
-				continue
-			}
-			switch m["msg"] {
-			case "metrics serving":
-				a.metrics, _ = m["addr"].(string)
-			case "gateway ready":
-				a.api, _ = m["api"].(string)
-				a.relay, _ = m["relay"].(string)
-				ready <- a
-			}
-		}
-		_ = lf.Close()
-	}()
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case a := <-ready:
-		// One client for the whole run: the gateway keeps its address
-		// across restarts, and starting a second protoactor remote in one
-		// process races on grpc's global logger.
-		w.mu.Lock()
-		cl := w.cl
-		w.mu.Unlock()
-		if cl == nil {
-			cfg, err := client.ReadConfig(filepath.Join(w.state, client.ConfigFile))
-			if err != nil {
-				return fmt.Errorf("chaos: %w", err)
-			}
-			if cl, err = client.Dial(a.api, cfg, zerolog.Nop()); err != nil {
-				return fmt.Errorf("chaos: dial gateway: %w", err)
-			}
-		}
-		w.mu.Lock()
-		w.addr, w.relay, w.metrics, w.gw, w.gwDone, w.cl = a.api, a.relay, a.metrics, cmd, done, cl
-		if !w.downSince.IsZero() {
-			w.downs = append(w.downs, window{w.downSince, time.Now()})
-			w.downSince = time.Time{}
-		}
-		w.mu.Unlock()
-		return nil
-	case <-done:
-		return fmt.Errorf("chaos: gateway exited before it was ready (see %s)", filepath.Join(w.dir, "gateway.log"))
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return errors.New("chaos: gateway not ready in 30 s")
-	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		return ctx.Err()
+	w.mu.Lock()
+	w.addr, w.relay, w.metrics, w.gw, w.cl = p.Addrs.API, p.Addrs.Relay, p.Addrs.Metrics, p, cl
+	if !w.downSince.IsZero() {
+		w.downs = append(w.downs, window{w.downSince, time.Now()})
+		w.downSince = time.Time{}
 	}
+	w.mu.Unlock()
+	return nil
 }
 
 // killGateway SIGKILLs the gateway and waits for it to be gone.
 func (w *world) killGateway() {
 	w.mu.Lock()
-	cmd, done := w.gw, w.gwDone
+	p := w.gw
 	w.downSince = time.Now()
 	w.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
+	_ = p.Kill()
 }
 
-// stopGateway stops the gateway gracefully (SIGTERM).
+// stopGateway stops the gateway gracefully (SIGTERM, 15 s, SIGKILL).
 func (w *world) stopGateway() {
 	w.mu.Lock()
-	cmd, done := w.gw, w.gwDone
+	p := w.gw
 	w.downSince = time.Now()
 	w.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	if p != nil {
+		_ = p.Stop(15 * time.Second)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
@@ -33,7 +34,7 @@ import (
 )
 
 // DefaultGateway is the gateway's API address on the embedded default.
-const DefaultGateway = "127.0.0.1:7420"
+const DefaultGateway = contract.DefaultGateway
 
 // ErrUnreachable wraps every failure to reach the gateway (exit code 5).
 var ErrUnreachable = errors.New("gateway unreachable")
@@ -93,7 +94,7 @@ func Reach(addrs []string) (string, error) {
 // gateway's own certificate is from cfg's CA), then starts the client's own
 // endpoint on the local address that reaches addr.
 func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
-	cred, err := cfg.credentials()
+	cred, err := credentials(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -216,22 +217,4 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 func (c *Client) Close() {
 	c.rem.Shutdown(false)
 	c.sys.Shutdown()
-}
-
-// ExitCode maps a reply status to the CLI exit code of DESIGN.md.
-func ExitCode(s messages.Status) int {
-	switch s {
-	case messages.Status_STATUS_OK:
-		return 0
-	case messages.Status_STATUS_NOT_FOUND:
-		return 3
-	case messages.Status_STATUS_REFUSED:
-		return 4
-	case messages.Status_STATUS_INVALID:
-		return 2
-	case messages.Status_STATUS_UNAUTHENTICATED:
-		return 5
-	default:
-		return 1
-	}
 }

@@ -21,6 +21,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/sandbox/spec"
@@ -234,7 +235,7 @@ func supervisorEndpoint(t *testing.T, w *world, name string) string {
 	re := regexp.MustCompile(`"endpoint":"([0-9.]+:[0-9]+)"[^\n]*"msg":"session up"`)
 	var addr string
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		b, _ := os.ReadFile(filepath.Join(w.state, "sandboxes", name, "supervisor.log"))
+		b, _ := os.ReadFile(sandboxLog(w.state, name, contract.SupervisorLog))
 		m := re.FindAllSubmatch(b, -1)
 		if len(m) == 0 {
 			return false

@@ -1,10 +1,11 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -12,12 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/internal/testworld"
 )
 
 var bin string // the stockade binary under test
@@ -29,22 +30,20 @@ type world struct {
 	t       testing.TB
 	state   string
 	addr    string
-	gw      *exec.Cmd
-	gwLog   *lockedBuf
+	proc    *testworld.Process
+	gw      *exec.Cmd // proc.Cmd
+	gwLog   *testworld.Log
 	hosts   string
 	policy  string
 	webPort int
-	gwDone  chan error
+	// gwDone receives the current gateway's exit error once it exits.
+	gwDone chan error
 	// uid runs the gateway (and so its supervisors) as this user; 0: root.
 	uid int
 	// gwArgs are extra `gateway run` flags (e.g. --backoff-scale, --chaos).
 	gwArgs []string
 	// metrics is the gateway's metrics address.
 	metrics string
-	// stopped: shutdown ran (it runs once).
-	stopped bool
-	// bindRetries counts restarts that found their port taken.
-	bindRetries int
 }
 
 // nobody is the unprivileged user the "unprivileged" runs use.
@@ -65,33 +64,7 @@ func modes(t *testing.T, f func(t *testing.T, w *world)) {
 // sharedDir is a temp dir the unprivileged gateway can use.
 func sharedDir(t testing.TB, uid int) string {
 	t.Helper()
-	d := t.TempDir()
-	for _, p := range []string{filepath.Dir(d), d} { // t.TempDir's parent is 0700 too
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chown(d, uid, uid); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return testworld.Dir(t, uid)
 }
 
 func newWorld(t testing.TB, uid int, gwArgs ...string) *world {
@@ -137,91 +110,42 @@ func write(t testing.TB, p, s string) {
 	}
 }
 
+// startGateway starts (or restarts, on the same API address) the gateway
+// and waits for its ready file.
 func (w *world) startGateway() {
 	w.t.Helper()
 	listen := "127.0.0.1:0"
 	if w.addr != "" {
 		listen = w.addr // a restart keeps the address supervisors know
 	}
-	w.gwLog, w.stopped = &lockedBuf{}, false
 	args := append([]string{"gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", "127.0.0.1:0",
 		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json", "--metrics", "127.0.0.1:0"}, w.gwArgs...)
-	w.gw = exec.Command(bin, args...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.gw.Stdout, w.gw.Stderr = pw, pw
-	if w.uid != 0 {
-		w.gw.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(w.uid), Gid: uint32(w.uid)}}
-	}
-	if err := w.gw.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	_ = pw.Close()
-	ready, metrics := make(chan string, 1), make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			_, _ = w.gwLog.Write([]byte(line + "\n"))
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "gateway ready" {
-				ready <- m["api"].(string)
-			}
-			if m["msg"] == "metrics serving" {
-				metrics <- m["addr"].(string)
-			}
-		}
-	}()
+	// A restart keeps its port; an outgoing connection of another process
+	// may hold that (ephemeral) port for a moment: RetryInUse.
+	p := testworld.Start(w.t, testworld.Spec{Bin: bin, Args: args, Name: "gateway", UID: w.uid,
+		Timeout: 20 * time.Second, RetryInUse: 10 * time.Second})
+	w.proc, w.gw, w.gwLog, w.addr, w.metrics = p, p.Cmd, p.Log, p.Addrs.API, p.Addrs.Metrics
 	w.gwDone = make(chan error, 1)
-	cmd := w.gw
-	go func() { w.gwDone <- cmd.Wait() }()
-	select {
-	case w.addr = <-ready:
-		select {
-		case w.metrics = <-metrics:
-		default:
-		}
-	case err := <-w.gwDone:
-		// A restart keeps its port (supervisors know it); an outgoing
-		// connection of another process may hold that (ephemeral) port
-		// for a moment: try again.
-		if listen != "127.0.0.1:0" && strings.Contains(w.gwLog.String(), "address already in use") && w.bindRetries < 40 {
-			w.bindRetries++
-			time.Sleep(250 * time.Millisecond)
-			w.startGateway()
-			return
-		}
-		w.t.Fatalf("gateway exited: %v\n%s", err, w.gwLog)
-	case <-time.After(20 * time.Second):
-		w.t.Fatalf("gateway not ready in 20 s\n%s", w.gwLog)
-	}
+	go func(done chan<- error) { done <- p.Err() }(w.gwDone)
 }
 
 // killGateway SIGKILLs the gateway (its sandboxes keep running).
 func (w *world) killGateway() {
-	_ = w.gw.Process.Signal(syscall.SIGKILL)
-	<-w.gwDone
+	if err := w.proc.Kill(); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 // shutdown stops the gateway and kills every supervisor of this state dir.
+// A gateway that stops cleanly must have removed its ready file.
 func (w *world) shutdown() {
-	if w.stopped {
-		return
-	}
-	w.stopped = true
-	_ = w.gw.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.gwDone:
-	case <-time.After(10 * time.Second):
-		_ = w.gw.Process.Kill()
+	if err := w.proc.Stop(10 * time.Second); err == nil {
+		if _, err := os.Stat(w.proc.ReadyFile); !errors.Is(err, fs.ErrNotExist) {
+			w.t.Errorf("the gateway left its ready file after a clean exit (stat: %v)", err)
+		}
 	}
 	for _, pid := range supervisorsOf(w.state) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	if w.t.Failed() {
-		w.t.Logf("gateway log:\n%s", w.gwLog)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/contract"
 )
 
 // TestRecoveryMatrix is issue 5's recovery matrix, end to end (gateway as
@@ -636,7 +638,7 @@ func (m *matrix) audited(name string) {
 // a class 6002 event; it returns their messages.
 func (m *matrix) lifecycleEvents(name string) []string {
 	m.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.state, "sandboxes", name, "lifecycle.jsonl"))
+	b, err := os.ReadFile(sandboxLog(m.state, name, contract.LifecycleLog))
 	if err != nil {
 		m.t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestFailedWriteThenRetry(t *testing.T) {
 	}
 	arm()
 	_, errOut, code = w.cli("delete", "brittle")
-	if code == 0 || !strings.Contains(errOut, "save state") || !strings.Contains(errOut, "nothing changed; retry") {
+	if code != 5 || !strings.Contains(errOut, "save state") || !strings.Contains(errOut, "nothing changed; retry") { // Unavailable: retry
 		t.Fatalf("delete with a failing write: exit %d %s", code, errOut)
 	}
 	if r, code := w.get("brittle"); code != 0 || r.Phase != "Ready" || r.SupervisorPid != s.SupervisorPid {

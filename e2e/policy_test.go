@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
@@ -56,7 +57,7 @@ func TestPolicySetHotReload(t *testing.T) {
 	}
 	// Allowed decisions are group-committed (10 ms): poll.
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		b, _ := os.ReadFile(filepath.Join(w.state, "sandboxes", "pol", "audit.jsonl"))
+		b, _ := os.ReadFile(sandboxLog(w.state, "pol", contract.AuditLog))
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, `"hostname":"other.test"`) && strings.Contains(l, `"Allowed"`) && strings.Contains(l, `"version":2`) {
 				return !strings.Contains(l, "e2e.test") // ancestors end at the sandbox's init

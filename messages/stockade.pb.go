@@ -29,7 +29,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Status of an API reply. Values are stable; the CLI maps them to exit codes.
+// Status of an API reply. Values are stable; package errdefs maps them to
+// error kinds and exit codes.
 type Status int32
 
 const (
@@ -38,8 +39,9 @@ const (
 	Status_STATUS_NOT_FOUND       Status = 2 // exit 3
 	Status_STATUS_REFUSED         Status = 3 // exit 4: not in this phase; message names phase and what works
 	Status_STATUS_INVALID         Status = 4 // exit 2: bad request (e.g. policy errors with line:col)
-	Status_STATUS_UNAUTHENTICATED Status = 5 // exit 5: wrong or missing token
+	Status_STATUS_UNAUTHENTICATED Status = 5 // exit 4: the caller may not (the transport refuses most before)
 	Status_STATUS_INTERNAL        Status = 6 // exit 1
+	Status_STATUS_UNAVAILABLE     Status = 7 // exit 5: not now (a write failed, no session yet): retry
 )
 
 // Enum value maps for Status.
@@ -52,6 +54,7 @@ var (
 		4: "STATUS_INVALID",
 		5: "STATUS_UNAUTHENTICATED",
 		6: "STATUS_INTERNAL",
+		7: "STATUS_UNAVAILABLE",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED":     0,
@@ -61,6 +64,7 @@ var (
 		"STATUS_INVALID":         4,
 		"STATUS_UNAUTHENTICATED": 5,
 		"STATUS_INTERNAL":        6,
+		"STATUS_UNAVAILABLE":     7,
 	}
 )
 
@@ -532,12 +536,19 @@ func (*ListRequest) Descriptor() ([]byte, []int) {
 	return file_stockade_proto_rawDescGZIP(), []int{4}
 }
 
+// LogsRequest asks for sandbox NAME's logs (stockade sandbox logs). It is
+// sent to gateway/api with the client's stream actor (transport:
+// "logs-stream/ID" on the client) as its sender: the gateway answers there
+// with LogsBatch messages (or one Reply when it refuses: no such sandbox,
+// bad arguments). Routed api -> sandboxes -> sandbox/NAME, served by a
+// child of the sandbox actor (sandbox/NAME/logs/STREAM).
 type LogsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	AuditOnly     bool                   `protobuf:"varint,3,opt,name=audit_only,json=auditOnly,proto3" json:"audit_only,omitempty"`
-	SinceUnixMs   int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
-	Tail          int32                  `protobuf:"varint,5,opt,name=tail,proto3" json:"tail,omitempty"`
+	AuditOnly     bool                   `protobuf:"varint,3,opt,name=audit_only,json=auditOnly,proto3" json:"audit_only,omitempty"`         // only audit and lifecycle events
+	SinceUnixMs   int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // 0: from the start
+	Tail          int32                  `protobuf:"varint,5,opt,name=tail,proto3" json:"tail,omitempty"`                                    // 0: all; else the last N lines of the merged result
+	Follow        bool                   `protobuf:"varint,6,opt,name=follow,proto3" json:"follow,omitempty"`                                // keep sending what is written later
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +611,249 @@ func (x *LogsRequest) GetTail() int32 {
 	return 0
 }
 
+func (x *LogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// LogEntry is one line of a sandbox's logs.
+type LogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixMs    int64                  `protobuf:"varint,1,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Source        string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"` // workload | audit | lifecycle
+	Stream        string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"` // workload: out | err
+	Text          string                 `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`     // workload: the line; audit, lifecycle: the event's one-line form
+	Event         []byte                 `protobuf:"bytes,5,opt,name=event,proto3" json:"event,omitempty"`   // audit, lifecycle: the event as recorded (JSON)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_stockade_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LogEntry) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *LogEntry) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *LogEntry) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *LogEntry) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// LogsBatch carries entries of one stream, in order. The client
+// acknowledges each (LogsAck); the gateway keeps at most a few
+// unacknowledged batches in flight and ends the stream when no
+// acknowledgement came for 30 s. A follow sends an empty batch every 10 s
+// when there is nothing new (the client acknowledges it too).
+type LogsBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"` // the stream's id: acknowledgements name it
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`      // 1, 2, ...
+	Entries       []*LogEntry            `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	End           bool                   `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`                               // the last batch of the stream
+	Status        Status                 `protobuf:"varint,5,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"` // with end: OK, or why the stream ended early
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`                        // with end: what happened (e.g. the sandbox was deleted)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsBatch) Reset() {
+	*x = LogsBatch{}
+	mi := &file_stockade_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsBatch) ProtoMessage() {}
+
+func (x *LogsBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsBatch.ProtoReflect.Descriptor instead.
+func (*LogsBatch) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LogsBatch) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogsBatch) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LogsBatch) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *LogsBatch) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
+
+func (x *LogsBatch) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *LogsBatch) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// LogsAck acknowledges the batches of stream up to seq (sent to
+// gateway/api; routed like LogsRequest). close ends the stream.
+type LogsAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Close         bool                   `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsAck) Reset() {
+	*x = LogsAck{}
+	mi := &file_stockade_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsAck) ProtoMessage() {}
+
+func (x *LogsAck) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsAck.ProtoReflect.Descriptor instead.
+func (*LogsAck) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LogsAck) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LogsAck) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogsAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LogsAck) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
 type Transition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -613,7 +867,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_stockade_proto_msgTypes[6]
+	mi := &file_stockade_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +879,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[6]
+	mi := &file_stockade_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +892,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{6}
+	return file_stockade_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Transition) GetFrom() string {
@@ -692,13 +946,14 @@ type SandboxStatus struct {
 	Restarts         map[string]int64       `protobuf:"bytes,12,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transitions      []*Transition          `protobuf:"bytes,13,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
+	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"` // this creation of the sandbox (its logs are its own)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SandboxStatus) Reset() {
 	*x = SandboxStatus{}
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +965,7 @@ func (x *SandboxStatus) String() string {
 func (*SandboxStatus) ProtoMessage() {}
 
 func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[7]
+	mi := &file_stockade_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +978,7 @@ func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStatus.ProtoReflect.Descriptor instead.
 func (*SandboxStatus) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{7}
+	return file_stockade_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SandboxStatus) GetName() string {
@@ -824,6 +1079,13 @@ func (x *SandboxStatus) GetResources() *Resources {
 	return nil
 }
 
+func (x *SandboxStatus) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 type Reply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"`
@@ -846,7 +1108,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1120,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[8]
+	mi := &file_stockade_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1133,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{8}
+	return file_stockade_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reply) GetStatus() Status {
@@ -985,7 +1247,7 @@ type IssueRequest struct {
 
 func (x *IssueRequest) Reset() {
 	*x = IssueRequest{}
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1259,7 @@ func (x *IssueRequest) String() string {
 func (*IssueRequest) ProtoMessage() {}
 
 func (x *IssueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[9]
+	mi := &file_stockade_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1272,7 @@ func (x *IssueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueRequest.ProtoReflect.Descriptor instead.
 func (*IssueRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{9}
+	return file_stockade_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IssueRequest) GetName() string {
@@ -1045,7 +1307,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1319,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[10]
+	mi := &file_stockade_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1332,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{10}
+	return file_stockade_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeRequest) GetName() string {
@@ -1094,7 +1356,7 @@ type PolicyRequest struct {
 
 func (x *PolicyRequest) Reset() {
 	*x = PolicyRequest{}
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1368,7 @@ func (x *PolicyRequest) String() string {
 func (*PolicyRequest) ProtoMessage() {}
 
 func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[11]
+	mi := &file_stockade_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1381,7 @@ func (x *PolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRequest.ProtoReflect.Descriptor instead.
 func (*PolicyRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{11}
+	return file_stockade_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyRequest) GetName() string {
@@ -1164,7 +1426,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1438,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[12]
+	mi := &file_stockade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1451,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{12}
+	return file_stockade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetPolicy) GetSandbox() string {
@@ -1236,7 +1498,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1510,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[13]
+	mi := &file_stockade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1523,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{13}
+	return file_stockade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Hello) GetSandbox() string {
@@ -1325,7 +1587,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1599,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1612,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{14}
+	return file_stockade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HelloAck) GetStatus() Status {
@@ -1395,7 +1657,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1669,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1682,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{15}
+	return file_stockade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Heartbeat) GetSandbox() string {
@@ -1478,7 +1740,7 @@ type WorkloadExited struct {
 
 func (x *WorkloadExited) Reset() {
 	*x = WorkloadExited{}
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1752,7 @@ func (x *WorkloadExited) String() string {
 func (*WorkloadExited) ProtoMessage() {}
 
 func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1765,7 @@ func (x *WorkloadExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadExited.ProtoReflect.Descriptor instead.
 func (*WorkloadExited) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{16}
+	return file_stockade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkloadExited) GetSandbox() string {
@@ -1552,7 +1814,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1826,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1839,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{17}
+	return file_stockade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatAck) GetSeq() uint64 {
@@ -1598,7 +1860,7 @@ type RelayRequest struct {
 
 func (x *RelayRequest) Reset() {
 	*x = RelayRequest{}
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1872,7 @@ func (x *RelayRequest) String() string {
 func (*RelayRequest) ProtoMessage() {}
 
 func (x *RelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1885,7 @@ func (x *RelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayRequest.ProtoReflect.Descriptor instead.
 func (*RelayRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{18}
+	return file_stockade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RelayRequest) GetName() string {
@@ -1645,7 +1907,7 @@ type OpenRelay struct {
 
 func (x *OpenRelay) Reset() {
 	*x = OpenRelay{}
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1919,7 @@ func (x *OpenRelay) String() string {
 func (*OpenRelay) ProtoMessage() {}
 
 func (x *OpenRelay) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1932,7 @@ func (x *OpenRelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRelay.ProtoReflect.Descriptor instead.
 func (*OpenRelay) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{19}
+	return file_stockade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenRelay) GetToken() string {
@@ -1700,7 +1962,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1974,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1987,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{20}
+	return file_stockade_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FaultRequest) GetName() string {
@@ -1757,7 +2019,7 @@ type BoundaryFailed struct {
 
 func (x *BoundaryFailed) Reset() {
 	*x = BoundaryFailed{}
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2031,7 @@ func (x *BoundaryFailed) String() string {
 func (*BoundaryFailed) ProtoMessage() {}
 
 func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2044,7 @@ func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryFailed.ProtoReflect.Descriptor instead.
 func (*BoundaryFailed) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{21}
+	return file_stockade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BoundaryFailed) GetSandbox() string {
@@ -1841,13 +2103,33 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0eSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x04verb\x18\x03 \x01(\x0e2\x11.stockade.v1.VerbR\x04verbJ\x04\b\x01\x10\x02R\x05token\"\x1a\n" +
-	"\vListRequestJ\x04\b\x01\x10\x02R\x05token\"\x85\x01\n" +
+	"\vListRequestJ\x04\b\x01\x10\x02R\x05token\"\x9d\x01\n" +
 	"\vLogsRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"audit_only\x18\x03 \x01(\bR\tauditOnly\x12\"\n" +
 	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12\x12\n" +
-	"\x04tail\x18\x05 \x01(\x05R\x04tailJ\x04\b\x01\x10\x02R\x05token\"\x80\x01\n" +
+	"\x04tail\x18\x05 \x01(\x05R\x04tail\x12\x16\n" +
+	"\x06follow\x18\x06 \x01(\bR\x06followJ\x04\b\x01\x10\x02R\x05token\"\x86\x01\n" +
+	"\bLogEntry\x12 \n" +
+	"\ftime_unix_ms\x18\x01 \x01(\x03R\n" +
+	"timeUnixMs\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x14\n" +
+	"\x05event\x18\x05 \x01(\fR\x05event\"\xbf\x01\n" +
+	"\tLogsBatch\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12/\n" +
+	"\aentries\x18\x03 \x03(\v2\x15.stockade.v1.LogEntryR\aentries\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\bR\x03end\x12+\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"]\n" +
+	"\aLogsAck\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\"\x80\x01\n" +
 	"\n" +
 	"Transition\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
@@ -1855,7 +2137,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xec\x04\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xfe\x04\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -1871,7 +2153,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\fworkload_pid\x18\v \x01(\x05R\vworkloadPid\x12D\n" +
 	"\brestarts\x18\f \x03(\v2(.stockade.v1.SandboxStatus.RestartsEntryR\brestarts\x129\n" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
-	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x1a;\n" +
+	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x12\x10\n" +
+	"\x03uid\x18\x0f \x01(\tR\x03uid\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x03\n" +
@@ -1956,7 +2239,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0eBoundaryFailed\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail*\x9e\x01\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail*\xb6\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -1964,7 +2247,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0eSTATUS_REFUSED\x10\x03\x12\x12\n" +
 	"\x0eSTATUS_INVALID\x10\x04\x12\x1a\n" +
 	"\x16STATUS_UNAUTHENTICATED\x10\x05\x12\x13\n" +
-	"\x0fSTATUS_INTERNAL\x10\x06*\xa1\x01\n" +
+	"\x0fSTATUS_INTERNAL\x10\x06\x12\x16\n" +
+	"\x12STATUS_UNAVAILABLE\x10\a*\xa1\x01\n" +
 	"\x04Verb\x12\x14\n" +
 	"\x10VERB_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bVERB_GET\x10\x01\x12\x0e\n" +
@@ -1989,7 +2273,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -1999,46 +2283,51 @@ var file_stockade_proto_goTypes = []any{
 	(*SandboxRequest)(nil), // 5: stockade.v1.SandboxRequest
 	(*ListRequest)(nil),    // 6: stockade.v1.ListRequest
 	(*LogsRequest)(nil),    // 7: stockade.v1.LogsRequest
-	(*Transition)(nil),     // 8: stockade.v1.Transition
-	(*SandboxStatus)(nil),  // 9: stockade.v1.SandboxStatus
-	(*Reply)(nil),          // 10: stockade.v1.Reply
-	(*IssueRequest)(nil),   // 11: stockade.v1.IssueRequest
-	(*RevokeRequest)(nil),  // 12: stockade.v1.RevokeRequest
-	(*PolicyRequest)(nil),  // 13: stockade.v1.PolicyRequest
-	(*SetPolicy)(nil),      // 14: stockade.v1.SetPolicy
-	(*Hello)(nil),          // 15: stockade.v1.Hello
-	(*HelloAck)(nil),       // 16: stockade.v1.HelloAck
-	(*Heartbeat)(nil),      // 17: stockade.v1.Heartbeat
-	(*WorkloadExited)(nil), // 18: stockade.v1.WorkloadExited
-	(*HeartbeatAck)(nil),   // 19: stockade.v1.HeartbeatAck
-	(*RelayRequest)(nil),   // 20: stockade.v1.RelayRequest
-	(*OpenRelay)(nil),      // 21: stockade.v1.OpenRelay
-	(*FaultRequest)(nil),   // 22: stockade.v1.FaultRequest
-	(*BoundaryFailed)(nil), // 23: stockade.v1.BoundaryFailed
-	nil,                    // 24: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 25: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 26: actor.PID
+	(*LogEntry)(nil),       // 8: stockade.v1.LogEntry
+	(*LogsBatch)(nil),      // 9: stockade.v1.LogsBatch
+	(*LogsAck)(nil),        // 10: stockade.v1.LogsAck
+	(*Transition)(nil),     // 11: stockade.v1.Transition
+	(*SandboxStatus)(nil),  // 12: stockade.v1.SandboxStatus
+	(*Reply)(nil),          // 13: stockade.v1.Reply
+	(*IssueRequest)(nil),   // 14: stockade.v1.IssueRequest
+	(*RevokeRequest)(nil),  // 15: stockade.v1.RevokeRequest
+	(*PolicyRequest)(nil),  // 16: stockade.v1.PolicyRequest
+	(*SetPolicy)(nil),      // 17: stockade.v1.SetPolicy
+	(*Hello)(nil),          // 18: stockade.v1.Hello
+	(*HelloAck)(nil),       // 19: stockade.v1.HelloAck
+	(*Heartbeat)(nil),      // 20: stockade.v1.Heartbeat
+	(*WorkloadExited)(nil), // 21: stockade.v1.WorkloadExited
+	(*HeartbeatAck)(nil),   // 22: stockade.v1.HeartbeatAck
+	(*RelayRequest)(nil),   // 23: stockade.v1.RelayRequest
+	(*OpenRelay)(nil),      // 24: stockade.v1.OpenRelay
+	(*FaultRequest)(nil),   // 25: stockade.v1.FaultRequest
+	(*BoundaryFailed)(nil), // 26: stockade.v1.BoundaryFailed
+	nil,                    // 27: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 28: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 29: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	3,  // 0: stockade.v1.CreateRequest.limits:type_name -> stockade.v1.Limits
 	3,  // 1: stockade.v1.Resources.limits:type_name -> stockade.v1.Limits
 	1,  // 2: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
-	24, // 3: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
-	8,  // 4: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
-	4,  // 5: stockade.v1.SandboxStatus.resources:type_name -> stockade.v1.Resources
-	0,  // 6: stockade.v1.Reply.status:type_name -> stockade.v1.Status
-	9,  // 7: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
-	9,  // 8: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	26, // 9: stockade.v1.Hello.supervisor:type_name -> actor.PID
-	0,  // 10: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	26, // 11: stockade.v1.HelloAck.session:type_name -> actor.PID
-	25, // 12: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
-	4,  // 13: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	8,  // 3: stockade.v1.LogsBatch.entries:type_name -> stockade.v1.LogEntry
+	0,  // 4: stockade.v1.LogsBatch.status:type_name -> stockade.v1.Status
+	27, // 5: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	11, // 6: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
+	4,  // 7: stockade.v1.SandboxStatus.resources:type_name -> stockade.v1.Resources
+	0,  // 8: stockade.v1.Reply.status:type_name -> stockade.v1.Status
+	12, // 9: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
+	12, // 10: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
+	29, // 11: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	0,  // 12: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
+	29, // 13: stockade.v1.HelloAck.session:type_name -> actor.PID
+	28, // 14: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	4,  // 15: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -2052,7 +2341,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

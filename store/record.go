@@ -54,6 +54,10 @@ func (i *Intent) UnmarshalText(b []byte) error {
 // Spec is what `sandbox create` was given.
 type Spec struct {
 	Name string `json:"name"`
+	// UID names this creation: a sandbox created again under the same
+	// name gets a new one (its logs are its own). Records of earlier
+	// versions have none.
+	UID string `json:"uid,omitempty"`
 	// Policy is the policy file's content, PolicyVersion its version.
 	Policy        string `json:"policy"`
 	PolicyVersion uint64 `json:"policyVersion"`
@@ -108,7 +112,11 @@ const PolicyHistoryLen = 10
 // Record is everything the gateway keeps about one sandbox.
 type Record struct {
 	// Schema is set by Put to SchemaVersion.
-	Schema        int                `json:"schema"`
+	Schema int `json:"schema"`
+	// Revision counts the record's writes: Put and Delete succeed only
+	// when the stored revision is the one the writer read (records of
+	// earlier versions have 0).
+	Revision      uint64             `json:"revision,omitempty"`
 	Spec          Spec               `json:"spec"`
 	Intent        Intent             `json:"intent"`
 	KeepWorkspace bool               `json:"keepWorkspace,omitempty"`

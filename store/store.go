@@ -30,6 +30,11 @@ const (
 // ErrNotFound is wrapped by Get for a sandbox the store does not hold.
 var ErrNotFound = errors.New("no such sandbox")
 
+// ErrConflict is wrapped by Put and Delete when the stored record's
+// revision is not the one the caller read: someone else wrote it since
+// (another actor, another node). Nothing was written.
+var ErrConflict = errors.New("the record changed since it was read")
+
 func sandboxesBucket() []byte { return []byte("sandboxes") }
 
 // clientsBucket holds the certificates issued to clients, by serial.
@@ -122,24 +127,64 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Put writes rec (replacing any record of the same name) and returns once
-// it is on disk. On error the earlier record, if any, is intact.
-func (s *Store) Put(ctx context.Context, rec Record) error {
+// Put writes rec if the stored record's revision is rec.Revision (0: no
+// record of that name yet), and returns the new revision once it is on
+// disk. A different stored revision fails with ErrConflict. On error the
+// earlier record, if any, is intact.
+func (s *Store) Put(ctx context.Context, rec Record) (uint64, error) {
 	name := rec.Spec.Name
 	if name == "" {
-		return fmt.Errorf("store %s: put: the record has no sandbox name", s.path)
+		return 0, fmt.Errorf("store %s: put: the record has no sandbox name", s.path)
 	}
 	rec.Schema = SchemaVersion
+	want := rec.Revision
+	rec.Revision++
 	data, err := json.Marshal(rec)
 	if err != nil {
-		return s.errorf("encode", name, err)
+		return 0, s.errorf("encode", name, err)
 	}
-	return s.write(ctx, "put", name, func(b *bolt.Bucket) error { return b.Put([]byte(name), data) })
+	err = s.write(ctx, "put", name, func(b *bolt.Bucket) error {
+		if err := checkRevision(b, name, want); err != nil {
+			return err
+		}
+		return b.Put([]byte(name), data)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return rec.Revision, nil
 }
 
-// Delete removes a sandbox's record; deleting a missing one is not an error.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	return s.write(ctx, "delete", name, func(b *bolt.Bucket) error { return b.Delete([]byte(name)) })
+// Delete removes a sandbox's record if its revision is rev; deleting a
+// missing one is not an error.
+func (s *Store) Delete(ctx context.Context, name string, rev uint64) error {
+	return s.write(ctx, "delete", name, func(b *bolt.Bucket) error {
+		if b.Get([]byte(name)) == nil {
+			return nil
+		}
+		if err := checkRevision(b, name, rev); err != nil {
+			return err
+		}
+		return b.Delete([]byte(name))
+	})
+}
+
+// checkRevision compares the stored record's revision with want.
+func checkRevision(b *bolt.Bucket, name string, want uint64) error {
+	var cur uint64
+	if v := b.Get([]byte(name)); v != nil {
+		var r struct {
+			Revision uint64 `json:"revision"`
+		}
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		cur = r.Revision
+	}
+	if cur != want {
+		return fmt.Errorf("%w (stored revision %d, read %d)", ErrConflict, cur, want)
+	}
+	return nil
 }
 
 func (s *Store) write(ctx context.Context, op, name string, f func(*bolt.Bucket) error) error {
@@ -159,7 +204,7 @@ func (s *Store) write(ctx context.Context, op, name string, f func(*bolt.Bucket)
 }
 
 // Get returns one sandbox's record, or an error wrapping ErrNotFound.
-func (s *Store) Get(name string) (Record, error) {
+func (s *Store) Get(_ context.Context, name string) (Record, error) {
 	var rec Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(sandboxesBucket()).Get([]byte(name))
@@ -177,7 +222,7 @@ func (s *Store) Get(name string) (Record, error) {
 // List returns every record in byte order of their names. A record that
 // cannot be decoded is left out and named in the error, which joins one
 // error per such record; the others are still returned.
-func (s *Store) List() ([]Record, error) {
+func (s *Store) List(_ context.Context) ([]Record, error) {
 	var recs []Record
 	var errs []error
 	err := s.db.View(func(tx *bolt.Tx) error {

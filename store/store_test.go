@@ -50,15 +50,21 @@ func childPut() int {
 		return 1
 	}
 	first, _ := strconv.Atoi(os.Getenv(envFirst))
+	var latestRev uint64
+	if r, err := s.Get(context.Background(), "latest"); err == nil {
+		latestRev = r.Revision
+	}
 	for i := first; ; i++ {
-		if err := s.Put(context.Background(), testRecord(i)); err != nil {
+		if _, err := s.Put(context.Background(), testRecord(i)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		// "latest" is overwritten each time: acked overwrites must stick too.
 		latest := testRecord(i)
-		latest.Spec.Name = "latest"
-		if err := s.Put(context.Background(), latest); err != nil {
+		latest.Spec.Name, latest.Revision = "latest", latestRev
+		rev, err := s.Put(context.Background(), latest)
+		latestRev = rev
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -117,11 +123,14 @@ func openTemp(t *testing.T, opts ...Option) *Store {
 
 func wantRecord(t *testing.T, s *Store, want Record) {
 	t.Helper()
-	got, err := s.Get(want.Spec.Name)
+	got, err := s.Get(context.Background(), want.Spec.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.Schema = SchemaVersion
+	if got.Revision == 0 {
+		t.Fatalf("record %s has revision 0 after a Put", want.Spec.Name)
+	}
+	want.Schema, want.Revision = SchemaVersion, got.Revision
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("record %s:\n got %+v\nwant %+v", want.Spec.Name, got, want)
 	}
@@ -135,7 +144,7 @@ func TestRoundTrip(t *testing.T) {
 	rec.Intent = IntentStopped
 	rec.Lifecycle.Reason = lifecycle.ReasonSessionLost
 	rec.Lifecycle.NextRetry = time.Date(2026, 3, 1, 0, 2, 0, 0, time.UTC)
-	if err := s.Put(ctx, rec); err != nil {
+	if _, err := s.Put(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	wantRecord(t, s, rec)
@@ -152,31 +161,31 @@ func TestRoundTrip(t *testing.T) {
 	defer s2.Close()
 	wantRecord(t, s2, rec)
 
-	if err := s2.Delete(ctx, rec.Spec.Name); err != nil {
+	if err := s2.Delete(ctx, rec.Spec.Name, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s2.Get(rec.Spec.Name)
+	_, err = s2.Get(context.Background(), rec.Spec.Name)
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `get sandbox "sb-00007": no such sandbox`) ||
 		!strings.Contains(err.Error(), path) {
 		t.Fatalf("get after delete: %v", err)
 	}
-	if err := s2.Delete(ctx, rec.Spec.Name); err != nil {
+	if err := s2.Delete(ctx, rec.Spec.Name, 1); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
-	if err := s2.Put(ctx, Record{Intent: IntentRunning}); err == nil || !strings.Contains(err.Error(), "no sandbox name") {
+	if _, err := s2.Put(ctx, Record{Intent: IntentRunning}); err == nil || !strings.Contains(err.Error(), "no sandbox name") {
 		t.Fatalf("put without a name: %v", err)
 	}
 	bad := testRecord(1)
 	bad.Intent = 0
-	if err := s2.Put(ctx, bad); err == nil || !strings.Contains(err.Error(), `encode sandbox "sb-00001"`) {
+	if _, err := s2.Put(ctx, bad); err == nil || !strings.Contains(err.Error(), `encode sandbox "sb-00001"`) {
 		t.Fatalf("put without an intent: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s2.Put(cctx, testRecord(2)); !errors.Is(err, context.Canceled) {
+	if _, err := s2.Put(cctx, testRecord(2)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("put with a cancelled context: %v", err)
 	}
-	if _, err := s2.Get(testRecord(2).Spec.Name); !errors.Is(err, ErrNotFound) {
+	if _, err := s2.Get(context.Background(), testRecord(2).Spec.Name); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a cancelled put wrote: %v", err)
 	}
 }
@@ -187,11 +196,11 @@ func TestListOrderAndBadRecords(t *testing.T) {
 	for i, n := range names {
 		r := testRecord(i)
 		r.Spec.Name = n
-		if err := s.Put(context.Background(), r); err != nil {
+		if _, err := s.Put(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	recs, err := s.List()
+	recs, err := s.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +226,10 @@ func TestListOrderAndBadRecords(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("db"); err == nil || !strings.Contains(err.Error(), `get sandbox "db": decode: written by a newer stockade (schema 2; this one reads up to 1)`) {
+	if _, err := s.Get(context.Background(), "db"); err == nil || !strings.Contains(err.Error(), `get sandbox "db": decode: written by a newer stockade (schema 2; this one reads up to 1)`) {
 		t.Errorf("newer schema: %v", err)
 	}
-	recs, err = s.List()
+	recs, err = s.List(context.Background())
 	if len(recs) != 4 || err == nil || !strings.Contains(err.Error(), `list sandbox "api": decode`) ||
 		!strings.Contains(err.Error(), `list sandbox "db": decode: written by a newer`) {
 		t.Errorf("List with bad records: %d records, %v", len(recs), err)
@@ -234,27 +243,27 @@ func TestInjectedWriteError(t *testing.T) {
 	s := openTemp(t, WithFaults(faults))
 	ctx := context.Background()
 	v1 := testRecord(3)
-	if err := s.Put(ctx, v1); err != nil {
+	if _, err := s.Put(ctx, v1); err != nil {
 		t.Fatal(err)
 	}
 	v2 := v1
-	v2.Intent, v2.WorkloadPID = IntentStopped, 4242
+	v2.Intent, v2.WorkloadPID, v2.Revision = IntentStopped, 4242, 1
 
 	faults.Arm(PointWrite, fault.Rule{Kind: fault.KindError, Count: 2})
-	err := s.Put(ctx, v2)
+	_, err := s.Put(ctx, v2)
 	want := fmt.Sprintf(`store %s: put sandbox "sb-00003": store.write: injected fault`, s.Path())
 	if !errors.Is(err, fault.ErrInjected) || err.Error() != want {
 		t.Fatalf("put:\n got %v\nwant %s", err, want)
 	}
 	wantRecord(t, s, v1)
-	if err := s.Delete(ctx, v1.Spec.Name); !errors.Is(err, fault.ErrInjected) || !strings.Contains(err.Error(), `delete sandbox "sb-00003"`) {
+	if err := s.Delete(ctx, v1.Spec.Name, 1); !errors.Is(err, fault.ErrInjected) || !strings.Contains(err.Error(), `delete sandbox "sb-00003"`) {
 		t.Fatalf("delete: %v", err)
 	}
 	wantRecord(t, s, v1)
 	if n := faults.Fired(PointWrite); n != 2 {
 		t.Fatalf("fired %d, want 2", n)
 	}
-	if err := s.Put(ctx, v2); err != nil {
+	if _, err := s.Put(ctx, v2); err != nil {
 		t.Fatalf("put after the faults: %v", err)
 	}
 	wantRecord(t, s, v2)
@@ -329,7 +338,7 @@ func TestAckedWritesSurviveSIGKILL(t *testing.T) {
 			wantRecord(t, s, testRecord(i))
 		}
 		last := acked[len(acked)-1]
-		latest, err := s.Get("latest")
+		latest, err := s.Get(context.Background(), "latest")
 		if err != nil || latest.WorkloadPID < 2000+last {
 			t.Fatalf("round %d: latest %+v (%v), want workload pid >= %d", round, latest.WorkloadPID, err, 2000+last)
 		}
@@ -341,7 +350,7 @@ func TestAckedWritesSurviveSIGKILL(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("round %d: bbolt check: %v", round, err)
 		}
-		recs, err := s.List()
+		recs, err := s.List(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,4 +396,42 @@ func TestLockedByAnotherGateway(t *testing.T) {
 		t.Fatalf("open after the holder exited: %v", err)
 	}
 	_ = s.Close()
+}
+
+// TestRevisionConflict: a Put or Delete that read an older revision than
+// the stored one (another writer came between) is refused and writes
+// nothing; create (revision 0) over an existing record is refused too.
+func TestRevisionConflict(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	rec := testRecord(5)
+	rev, err := s.Put(ctx, rec)
+	if err != nil || rev != 1 {
+		t.Fatalf("first put: revision %d, %v", rev, err)
+	}
+	if _, err := s.Put(ctx, rec); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "stored revision 1, read 0") {
+		t.Fatalf("create over an existing record: %v", err)
+	}
+	a, b := rec, rec
+	a.Revision, b.Revision = 1, 1
+	a.WorkloadPID, b.WorkloadPID = 111, 222
+	if rev, err = s.Put(ctx, a); err != nil || rev != 2 {
+		t.Fatalf("writer a: revision %d, %v", rev, err)
+	}
+	if _, err := s.Put(ctx, b); !errors.Is(err, ErrConflict) {
+		t.Fatalf("writer b after a: %v, want a conflict", err)
+	}
+	if err := s.Delete(ctx, rec.Spec.Name, 1); !errors.Is(err, ErrConflict) {
+		t.Fatalf("delete with a stale revision: %v", err)
+	}
+	got, err := s.Get(ctx, rec.Spec.Name)
+	if err != nil || got.WorkloadPID != 111 || got.Revision != 2 {
+		t.Fatalf("after the refused writes: %+v, %v; want writer a's record at revision 2", got, err)
+	}
+	if err := s.Delete(ctx, rec.Spec.Name, 2); err != nil {
+		t.Fatalf("delete at the current revision: %v", err)
+	}
+	if _, err := s.Get(ctx, rec.Spec.Name); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/transport"
@@ -58,9 +59,11 @@ type session struct {
 	exitDone  func()              // the workload's exit was delivered
 }
 
+// The heartbeat period and the silence that ends a session are a
+// contract with the gateway.
 const (
-	heartbeatEvery = time.Second
-	lostAfter      = 3 * heartbeatEvery
+	heartbeatEvery = contract.HeartbeatEvery
+	lostAfter      = contract.SessionLostAfter
 )
 
 func (s *session) Receive(ctx actor.Context) {

@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
@@ -57,15 +58,31 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	pol, version := engine.Current()
 
-	out, err := os.OpenFile(filepath.Join(dir, "workload.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logDir := sp.LogDir
+	if logDir == "" { // a spec of an earlier gateway
+		logDir = dir
+	}
+	out, err := os.OpenFile(filepath.Join(logDir, contract.WorkloadLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("supervisor: workload log: %w", err)
 	}
 	defer out.Close()
+	// stdout and stderr apart, each line stamped (workloadlog.go); the
+	// deferred close runs after the sandbox is gone (its pipes drained).
+	wlog := newWorkloadLog(out, log)
+	defer wlog.close(drainWait)
+	stdout, err := wlog.pipe("out")
+	if err != nil {
+		return err
+	}
+	stderr, err := wlog.pipe("err")
+	if err != nil {
+		return err
+	}
 
 	ns := nsrun.Spec{
 		Argv: sp.Argv, Workspace: sp.Workspace, Workdir: sp.Workdir,
-		Stdout: out, Stderr: out, Logger: log,
+		Stdout: stdout, Stderr: stderr, Logger: log,
 		// The gateway's state dir (client token, other sandboxes) is never
 		// visible inside, whatever the policy lists.
 		Hidden: []string{filepath.Dir(filepath.Dir(dir))},
@@ -97,6 +114,7 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	sb, err := nsrun.Start(startCtx, ns)
 	cancel()
+	wlog.handedOver()
 	if err != nil {
 		return fmt.Errorf("supervisor: start sandbox: %w", err)
 	}

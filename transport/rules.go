@@ -5,30 +5,38 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/trust"
 )
 
 // Well-known actor ids: the only remote targets besides futures (replies).
+// They are contracts between processes (package contract).
 const (
 	// APIActor is the gateway's API actor: clients' requests.
-	APIActor = "gateway/api"
+	APIActor = contract.APIActor
 	// HelloActor is the gateway's door for supervisors: Hello only, for the
 	// sandbox the supervisor's certificate names.
-	HelloActor = "gateway/hello"
+	HelloActor = contract.HelloActor
 	// SupervisorSession is a supervisor's session actor: the gateway's
 	// commands (SetPolicy, OpenRelay, FaultRequest).
-	SupervisorSession = "session"
+	SupervisorSession = contract.SupervisorSession
 	// SandboxesActor is the gateway's sandboxes actor (never a remote target).
-	SandboxesActor = "gateway/sandboxes"
+	SandboxesActor = contract.SandboxesActor
 )
 
 // SandboxActorID is the actor id of sandbox NAME at the gateway.
-func SandboxActorID(name string) string { return SandboxesActor + "/sandbox/" + name }
+func SandboxActorID(name string) string { return contract.SandboxActorID(name) }
 
 // GatewaySessionPrefix is the id prefix of sandbox NAME's session actors at
 // the gateway (session/N children of its sandbox actor).
-func GatewaySessionPrefix(name string) string { return SandboxActorID(name) + "/session/" }
+func GatewaySessionPrefix(name string) string { return contract.GatewaySessionPrefix(name) }
+
+// ClientStreamPrefix starts the id of a client's stream actors: where a
+// gateway sends the batches of a stream the client asked for (LogsBatch,
+// or a Reply refusing it). The id is the prefix and 1 to 64 lower-case
+// hex digits (client.Logs makes 32 at random).
+const ClientStreamPrefix = "logs-stream/"
 
 // futurePrefix starts the id of every protoactor future (a request's reply
 // address): "future$" + a sequence number.
@@ -43,6 +51,23 @@ func Exact(want string) Target { return func(_ trust.Identity, id string) bool {
 // Futures are the reply addresses of this process's own requests.
 func Futures() Target {
 	return func(_ trust.Identity, id string) bool { return strings.HasPrefix(id, futurePrefix) }
+}
+
+// ClientStreams are a client's stream actors: ClientStreamPrefix and 1
+// to 64 lower-case hex digits, nothing else (no deeper path).
+func ClientStreams() Target {
+	return func(_ trust.Identity, id string) bool {
+		rest, ok := strings.CutPrefix(id, ClientStreamPrefix)
+		if !ok || len(rest) == 0 || len(rest) > 64 {
+			return false
+		}
+		for _, c := range rest {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // OwnSessions are the gateway's session actors of the sandbox the peer's
@@ -122,7 +147,9 @@ func names(msgs ...proto.Message) []string {
 }
 
 // GatewayRules is a gateway node's table:
-//   - a client addresses only the API actor, with client requests;
+//   - a client addresses only the API actor, with client requests (a
+//     logs stream's request and acknowledgements included: a stream's
+//     actor at the gateway is never a remote target);
 //   - the supervisor of sandbox X says Hello to the hello actor, talks to
 //     X's session actors only (heartbeats, exit, boundary failure), and
 //     answers the gateway's requests (SetPolicy, FaultRequest) through
@@ -134,7 +161,7 @@ func GatewayRules() Rules {
 	return Rules{
 		{Role: trust.RoleClient, Target: Exact(APIActor), Types: names(&messages.CreateRequest{}, &messages.SandboxRequest{},
 			&messages.ListRequest{}, &messages.RelayRequest{}, &messages.FaultRequest{}, &messages.PolicyRequest{},
-			&messages.IssueRequest{}, &messages.RevokeRequest{})},
+			&messages.IssueRequest{}, &messages.RevokeRequest{}, &messages.LogsRequest{}, &messages.LogsAck{})},
 		{Role: trust.RoleSupervisor, Target: Exact(HelloActor), Types: names(&messages.Hello{})},
 		{Role: trust.RoleSupervisor, Target: OwnSessions(), Types: names(&messages.Heartbeat{}, &messages.WorkloadExited{}, &messages.BoundaryFailed{})},
 		{Role: trust.RoleSupervisor, Target: Futures(), Types: reply},
@@ -154,7 +181,11 @@ func SupervisorRules() Rules {
 }
 
 // ClientRules is a client's table: only a gateway node, with the replies
-// to the client's requests.
+// to the client's requests, and a stream's batches (or the Reply that
+// refuses it) to the client's stream actors.
 func ClientRules() Rules {
-	return Rules{{Role: trust.RoleGateway, Target: Futures(), Types: append(names(&messages.Reply{}), deadLetterResponse)}}
+	return Rules{
+		{Role: trust.RoleGateway, Target: Futures(), Types: append(names(&messages.Reply{}), deadLetterResponse)},
+		{Role: trust.RoleGateway, Target: ClientStreams(), Types: append(names(&messages.LogsBatch{}, &messages.Reply{}), deadLetterResponse)},
+	}
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -88,6 +89,38 @@ func TestRulesCheck(t *testing.T) {
 		{"client", ClientRules(), gateway, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
 		{"client", ClientRules(), client, "future$3", typ(&messages.Reply{}), ReasonTarget},
 		{"client", ClientRules(), supA, "future$3", typ(&messages.Reply{}), ReasonTarget},
+		// client: stream actors (sandbox logs)
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0123456789abcdef", typ(&messages.LogsBatch{}), ""},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0123456789abcdef", typ(&messages.Reply{}), ""},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f", deadLetterResponse, ""},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsRequest{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.SetPolicy{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f", typ(&actor.Stop{}), ReasonSystemMessage},
+		{"client", ClientRules(), gateway, ClientStreamPrefix, typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f/x", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "0F", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "../future$1", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + strings.Repeat("a", 65), typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, "x" + ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, "future$3", typ(&messages.LogsBatch{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, SupervisorSession, typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), client, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), supA, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		// gateway: logs requests and acknowledgements from clients to api only
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.LogsRequest{}), ""},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.LogsAck{}), ""},
+		{"gateway", GatewayRules(), client, APIActor, typ(&messages.LogsBatch{}), ReasonMessageType},
+		{"gateway", GatewayRules(), client, SandboxActorID("a"), typ(&messages.LogsRequest{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, SandboxActorID("a") + "/logs/0f", typ(&messages.LogsAck{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, SandboxesActor, typ(&messages.LogsAck{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, APIActor, typ(&messages.LogsRequest{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, sessA, typ(&messages.LogsRequest{}), ReasonMessageType},
+		{"gateway", GatewayRules(), supA, SandboxActorID("a") + "/logs/0f", typ(&messages.LogsAck{}), ReasonTarget},
+		{"gateway", GatewayRules(), gateway, APIActor, typ(&messages.LogsRequest{}), ReasonTarget},
+		// supervisor: no logs messages at all
+		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.LogsBatch{}), ReasonMessageType},
+		{"supervisor", SupervisorRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
 		// empty table refuses everything
 		{"none", nil, client, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
 	} {

@@ -36,10 +36,12 @@ const acceptWait = 300 * time.Millisecond
 // waitFor is the deadline of every poll.
 const waitFor = 5 * time.Second
 
-// Actor ids of the gateway's sandbox a and b session actors.
+// Actor ids of the gateway's sandbox a and b session actors, and of a
+// logs stream of a.
 var (
 	sessionA = transport.GatewaySessionPrefix("a") + "1"
 	sessionB = transport.GatewaySessionPrefix("b") + "1"
+	logsA    = transport.SandboxActorID("a") + "/logs/00ff"
 )
 
 var (
@@ -162,7 +164,7 @@ func newGateway(dir string) (g *gateway, stop func(), err error) {
 		g.sys.Shutdown()
 	}
 	g.addr = g.sys.Address()
-	for _, id := range []string{transport.APIActor, transport.HelloActor, transport.SandboxesActor, sessionA, sessionB} {
+	for _, id := range []string{transport.APIActor, transport.HelloActor, transport.SandboxesActor, sessionA, sessionB, logsA} {
 		r := &recorder{}
 		if _, err := g.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), id); err != nil {
 			stop()
@@ -667,7 +669,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	write("ca.crt", g.ca.CertPEM)
-	for _, id := range []trust.Identity{alice, mallory} {
+	for _, id := range []trust.Identity{alice, mallory, node2} {
 		certPEM, keyPEM, _, err := g.ca.IssueKeyPair(id, time.Hour)
 		if err != nil {
 			t.Fatal(err)
@@ -684,12 +686,14 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("client: %v\n%s", err, out)
 	}
 	got := g.recorded(transport.APIActor)
-	if len(got) != 2 {
-		t.Fatalf("api received %d messages, want 2: %+v", len(got), got)
+	if len(got) != 3 {
+		t.Fatalf("api received %d messages, want 3: %+v", len(got), got)
 	}
-	for _, r := range got {
-		if _, ok := r.msg.(*messages.ListRequest); !ok || r.peer != alice || !r.remote {
-			t.Fatalf("api received %T from %v (remote %v), want a ListRequest from %s", r.msg, r.peer, r.remote, alice)
+	for i, r := range got {
+		_, list := r.msg.(*messages.ListRequest)
+		_, logs := r.msg.(*messages.LogsRequest)
+		if (i < 2 && !list) || (i == 2 && !logs) || r.peer != alice || !r.remote {
+			t.Fatalf("api received %T from %v (remote %v), want two ListRequests and a LogsRequest from %s", r.msg, r.peer, r.remote, alice)
 		}
 	}
 	if n := g.refused.Total() - total; n != 0 {
@@ -771,6 +775,88 @@ func roundTrip(dir, gatewayAddr string) error {
 	}
 	if n := refused.Total(); n != 1 {
 		return fmt.Errorf("client refusals %d, want 1 (the handshake)", n)
+	}
+	gwKP, err := trust.KeyPair(read(node2.Name+".crt"), read(node2.Name+".key"))
+	if err != nil {
+		return err
+	}
+	return streamRoutes(sys, api, gwKP, refused)
+}
+
+// node2 is a gateway node's identity (the round trip's client checks what
+// a gateway may send to its stream actors).
+var node2 = trust.Identity{Role: trust.RoleGateway, Name: "node2"}
+
+// streamRoutes: the gateway answers a LogsRequest at the client's stream
+// actor (its sender), over the wire; a gateway may send batches and
+// replies to stream actors of the narrow form only.
+func streamRoutes(sys *actor.ActorSystem, api *actor.PID, gwKP tls.Certificate, refused *transport.Refusals) error {
+	got := make(chan any, 8)
+	stream, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *messages.Reply, *messages.LogsBatch:
+			got <- m
+		}
+	}), transport.ClientStreamPrefix+"00ff")
+	if err != nil {
+		return err
+	}
+	sys.Root.RequestWithCustomSender(api, &messages.LogsRequest{Name: "a"}, stream)
+	select {
+	case m := <-got:
+		if r, ok := m.(*messages.Reply); !ok || r.Message != "recorded" {
+			return fmt.Errorf("the stream actor received %T %v, want the api's Reply", m, m)
+		}
+	case <-time.After(waitFor):
+		return errors.New("the api's answer never reached the stream actor")
+	}
+	c, err := transporttest.Dial(sys.Address(), transporttest.WithCert(gwKP))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Send(transporttest.Batch(stream, &messages.LogsBatch{Stream: "s", Seq: 1}, nil), acceptWait); err != nil {
+		return fmt.Errorf("a gateway's LogsBatch to the stream actor: %w", err)
+	}
+	select {
+	case m := <-got:
+		if b, ok := m.(*messages.LogsBatch); !ok || b.Seq != 1 {
+			return fmt.Errorf("the stream actor received %T %v, want the batch", m, m)
+		}
+	case <-time.After(waitFor):
+		return errors.New("the batch never reached the stream actor")
+	}
+	before := refused.Total()
+	for _, tc := range []struct {
+		id  string
+		msg proto.Message
+	}{
+		{transport.ClientStreamPrefix + "00ff/x", &messages.LogsBatch{}},
+		{transport.ClientStreamPrefix, &messages.LogsBatch{}},
+		{transport.ClientStreamPrefix + "00FF", &messages.LogsBatch{}},
+		{transport.SupervisorSession, &messages.LogsBatch{}},
+		{transport.ClientStreamPrefix + "00ff", &messages.LogsRequest{Name: "a"}},
+		{transport.ClientStreamPrefix + "00ff", &actor.Stop{}},
+	} {
+		c, err := transporttest.Dial(sys.Address(), transporttest.WithCert(gwKP))
+		if err != nil {
+			return err
+		}
+		err = c.Send(transporttest.Batch(actor.NewPID(sys.Address(), tc.id), tc.msg, nil), acceptWait)
+		_ = c.Close()
+		if !transporttest.Refused(err) {
+			return fmt.Errorf("a gateway's %T to %s at the client: %v, want refused", tc.msg, tc.id, err)
+		}
+	}
+	deadline := time.Now().Add(waitFor)
+	for refused.Total()-before != 6 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the client's endpoint counted %d refusals, want 6", refused.Total()-before)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(got) != 0 {
+		return fmt.Errorf("the stream actor received %v after the refusals", <-got)
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
-	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/driver/process"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/sandbox/spec"
@@ -51,8 +52,9 @@ type Config struct {
 	// RelayListen is where clients and supervisors meet for SSH relays
 	// (default 127.0.0.1:7421; port 0 picks one).
 	RelayListen string
-	// Ready, if set, is called once the API serves.
-	Ready func(addr string)
+	// Ready, if set, is called once the API serves, with what it serves;
+	// its error stops the gateway.
+	Ready func(Served) error
 	// Faults is the gateway's fault seam (store writes); a FaultRequest
 	// naming no sandbox arms it at run time. Nil: no faults, and such a
 	// request is refused.
@@ -70,12 +72,16 @@ type Config struct {
 	Refused *transport.Refusals
 }
 
+// Served is what a ready gateway serves: its API and relay addresses and
+// its state dir (absolute).
+type Served struct{ API, Relay, StateDir string }
+
 // Run serves until ctx is done. Sandboxes (their supervisors and
 // workloads) keep running when the gateway stops; the next Run re-adopts
 // them.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Listen == "" {
-		cfg.Listen = client.DefaultGateway
+		cfg.Listen = contract.DefaultGateway
 	}
 	// Supervisors run in their sandbox's directory: hand them absolute paths.
 	for _, p := range []*string{&cfg.StateDir, &cfg.Hosts} {
@@ -105,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Faults != nil {
 		storeOpts = append(storeOpts, store.WithFaults(cfg.Faults))
 	}
-	st, err := store.Open(cfg.StateDir+"/state.db", storeOpts...)
+	st, err := store.Open(contract.StateDir(cfg.StateDir).Store(), storeOpts...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -166,18 +172,19 @@ func Run(ctx context.Context, cfg Config) error {
 		counters = supervise.NewCounters()
 	}
 	caPEM := string(pk.ca.CertPEM)
-	env := &sandbox.Env{Store: st, StateDir: cfg.StateDir, Gateway: addr, Binary: bin, Chaos: cfg.Chaos,
+	pcfg := process.Config{StateDir: cfg.StateDir, Gateway: addr, Binary: bin, Chaos: cfg.Chaos,
 		Credentials: func(name string) (spec.Credentials, error) {
 			certPEM, keyPEM, _, err := pk.ca.IssueKeyPair(trust.Identity{Role: trust.RoleSupervisor, Name: name}, supervisorValidity)
 			return spec.Credentials{CA: caPEM, Cert: string(certPEM), Key: string(keyPEM)}, err
 		},
 		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback, MaxConns: cfg.MaxConns, Unconfined: cfg.Unconfined,
+		Defaults: sandbox.DefaultLimits()}
+	if cfg.Faults != nil { // a nil *fault.Set in the interface would not be nil
+		pcfg.Faults = cfg.Faults
+	}
+	env := &sandbox.Env{Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
-
-	if cfg.Faults != nil {
-		env.Faults = cfg.Faults
-	}
 	gaveUp := make(chan string, 1)
 	rootStrategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(counters),
@@ -226,7 +233,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.Log.Info().Str("api", addr).Str("relay", env.RelayAddr).Str("state_dir", cfg.StateDir).Msg("gateway ready")
 	if cfg.Ready != nil {
-		cfg.Ready(addr)
+		if err := cfg.Ready(Served{API: addr, Relay: env.RelayAddr, StateDir: cfg.StateDir}); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	select {
 	case <-ctx.Done():
@@ -254,7 +263,8 @@ type apiActor struct {
 
 func (a *apiActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.CreateRequest, *messages.SandboxRequest, *messages.ListRequest, *messages.RelayRequest, *messages.PolicyRequest:
+	case *messages.CreateRequest, *messages.SandboxRequest, *messages.ListRequest, *messages.RelayRequest, *messages.PolicyRequest,
+		*messages.LogsRequest, *messages.LogsAck:
 	case *messages.FaultRequest:
 		if !a.callerIs(ctx, trust.RoleClient) {
 			return

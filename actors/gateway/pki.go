@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
 )
@@ -110,8 +109,8 @@ func (p *pki) revoke(ctx context.Context, name string) (int, error) {
 // certificate and key. A certificate still good for a month (from this CA,
 // not revoked) is kept; otherwise a new one is issued.
 func (p *pki) writeLocalConfig(ctx context.Context, stateDir, addr string) error {
-	path := filepath.Join(stateDir, client.ConfigFile)
-	cfg, err := client.ReadConfig(path)
+	path := filepath.Join(stateDir, trust.ClientConfigFile)
+	cfg, err := trust.ReadClientConfig(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		cfg = nil
@@ -127,13 +126,13 @@ func (p *pki) writeLocalConfig(ctx context.Context, stateDir, addr string) error
 		if err != nil {
 			return fmt.Errorf("local client certificate: %w", err)
 		}
-		cfg = &client.Config{Name: LocalClient, Cert: string(certPEM), Key: string(keyPEM)}
+		cfg = &trust.ClientFile{Name: LocalClient, Cert: string(certPEM), Key: string(keyPEM)}
 	}
 	cfg.CA, cfg.Gateways = string(p.ca.CertPEM), []string{addr}
 	return cfg.Write(path)
 }
 
-func (p *pki) stillGood(cfg *client.Config) bool {
+func (p *pki) stillGood(cfg *trust.ClientFile) bool {
 	kp, err := trust.KeyPair([]byte(cfg.Cert), []byte(cfg.Key))
 	if err != nil || kp.Leaf == nil {
 		return false

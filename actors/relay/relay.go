@@ -29,11 +29,13 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/trust"
 )
 
-// Preamble starts the first line of each side of a relay.
-const Preamble = "STOCKADE-RELAY "
+// Preamble starts the first line of each side of a relay (a contract
+// between clients, supervisors and the gateway: contract.RelayPreamble).
+const Preamble = contract.RelayPreamble
 
 // PairTimeout bounds how long the first side of a relay waits for the other.
 const PairTimeout = 10 * time.Second

@@ -12,32 +12,23 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
-	"github.com/stockade-dev/stockade/chaos/fault"
-	"github.com/stockade-dev/stockade/sandbox/spec"
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/driver"
 	"github.com/stockade-dev/stockade/store"
 )
 
 // Env is what every sandbox actor shares; it is immutable after Start.
 type Env struct {
-	Store    *store.Store
+	// Store keeps the records (seams.go).
+	Store Store
+	// Driver starts, adopts and stops supervisors and removes a deleted
+	// sandbox's files (driver/process by default).
+	Driver driver.Driver
+	// Clock is the time of the machines and their timers (default
+	// SystemClock).
+	Clock Clock
+	// StateDir is where the logs of each creation lie (contract.StateDir).
 	StateDir string
-	// Gateway is the API address supervisors dial back to.
-	Gateway string
-	// Credentials issues a supervisor's certificate for sandbox name (at
-	// every start) with the CA, handed over in the spec.
-	Credentials func(name string) (spec.Credentials, error)
-	// Chaos: FaultRequests are accepted (else refused before forwarding,
-	// and the supervisor refuses them too).
-	Chaos bool
-	// Binary is the stockade binary the driver starts as supervisor.
-	Binary string
-	// Boundary settings handed to every supervisor.
-	Hosts         string
-	DNSUpstream   string
-	AllowLoopback bool
-	MaxConns      int // per sandbox (0: the boundary's default)
-	// Unconfined: sandboxes without seccomp and cgroup (benchmarks only).
-	Unconfined bool
 	// Limits are the default resource limits of a sandbox created without
 	// its own (zero fields: DefaultLimits').
 	Limits    store.Limits
@@ -48,8 +39,6 @@ type Env struct {
 	RelayListener *actor.PID
 	Log           zerolog.Logger
 	Counters      *supervise.Counters
-	// Faults is the gateway's fault seam (nil: none).
-	Faults fault.Injector
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -63,27 +52,20 @@ func CheckName(name string) error {
 	return nil
 }
 
-// Dir is the sandbox's directory under the state dir.
-func (e *Env) Dir(name string) string { return filepath.Join(e.StateDir, "sandboxes", name) }
+// layout is the state dir's layout (package contract).
+func (e *Env) layout() contract.StateDir { return contract.StateDir(e.StateDir) }
 
-// Workspace is the sandbox's workspace (/sandbox inside).
-func (e *Env) Workspace(name string) string { return filepath.Join(e.Dir(name), "workspace") }
+// LogDir holds the logs of one creation (uid) of sandbox name.
+func (e *Env) LogDir(name, uid string) string { return e.layout().Logs(name, uid) }
 
-// SpecFile is where the gateway hands the supervisor its spec.
-func (e *Env) SpecFile(name string) string { return filepath.Join(e.Dir(name), "spec.json") }
-
-// LifecycleAudit is the sandbox's lifecycle audit file (class 6002); the
-// supervisor writes decisions to audit.jsonl beside it.
-func (e *Env) LifecycleAudit(name string) string {
-	return filepath.Join(e.Dir(name), "lifecycle.jsonl")
-}
-
-// openLifecycleAudit opens the lifecycle audit file of a sandbox.
-func (e *Env) openLifecycleAudit(name string) (*audit.File, error) {
-	if err := os.MkdirAll(e.Dir(name), 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox %s: create %s: %w", name, e.Dir(name), err)
+// openLifecycleAudit opens the lifecycle audit file (class 6002) of one
+// creation of a sandbox; the supervisor writes decisions beside it.
+func (e *Env) openLifecycleAudit(name, uid string) (*audit.File, error) {
+	dir := e.LogDir(name, uid)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox %s: create %s: %w", name, dir, err)
 	}
-	return audit.OpenFile(e.LifecycleAudit(name), audit.WithErrorLog(e.Log), audit.WithFlushInterval(0))
+	return audit.OpenFile(filepath.Join(dir, contract.LifecycleLog), audit.WithErrorLog(e.Log), audit.WithFlushInterval(0))
 }
 
 // DefaultLimits are what a sandbox gets when neither its create nor the
@@ -95,18 +77,3 @@ func DefaultLimits() store.Limits {
 
 // limits are the gateway's defaults for a sandbox's unset limits.
 func (e *Env) limits() store.Limits { return e.Limits.Or(DefaultLimits()) }
-
-// specLimits hands effective limits to the supervisor (-1: unlimited).
-func specLimits(l store.Limits) spec.Limits {
-	s := spec.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, IOBps: max(l.IOBps, 0)}
-	if s.Pids < 0 {
-		s.Pids = 0
-	}
-	if s.MemoryBytes < 0 {
-		s.MemoryBytes = 0
-	}
-	if s.CPUs < 0 {
-		s.CPUs = 0
-	}
-	return s
-}

@@ -3,12 +3,14 @@ package sandbox
 import (
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stockade-dev/stockade/driver"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
 )
 
 // Messages local to the gateway process (protobufs from clients and
-// supervisors are forwarded as they are).
+// supervisors are forwarded as they are). Work done off the actor (stops,
+// waits, file removal) reports back with one of these.
 type (
 	// create starts a new sandbox actor's life; reply goes to respondTo.
 	create struct {
@@ -25,16 +27,28 @@ type (
 	// supervisorExited reports that a supervisor process ended.
 	supervisorExited struct {
 		instance string
+		proc     driver.Proc
 		detail   string
+	}
+	// previousStopped: the supervisor a spawn replaces is gone (err: it
+	// did not die in time).
+	previousStopped struct {
+		proc driver.Proc
+		err  error
 	}
 	// deleted tells the parent a sandbox actor is done and stopping.
 	deleted struct {
 		name string
 		pid  *actor.PID
 	}
+	// forgotten: the parent no longer routes to a deleted sandbox actor,
+	// which may stop now.
+	forgotten struct{}
 	// actionDone reports a stop, kill or delete carried out off the actor.
 	actionDone struct {
-		instance string
-		err      error
+		seq uint64
+		err error
 	}
+	// retryRecordDelete retries removing a deleted sandbox's record.
+	retryRecordDelete struct{}
 )

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/store"
@@ -29,12 +29,11 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 		return
 	}
 	if a.m.Phase() == lifecycle.PhaseDeleting {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
-			Message: fmt.Sprintf("sandbox %s is Deleting: policy set works in every other phase", a.name)})
+		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s is Deleting: policy set works in every other phase", a.name)))
 		return
 	}
 	if err := checkPolicy(m.File, m.Policy); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
+		ctx.Respond(errdefs.Reply(err))
 		return
 	}
 	// Persist, then apply: the new version goes into a copy of the record,
@@ -48,11 +47,13 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 	}
 	spec.Policy, spec.PolicyVersion = string(m.Policy), spec.PolicyVersion+1
 	rec.Lifecycle = a.m.Snapshot()
-	if err := a.env.Store.Put(context.Background(), rec); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL,
-			Message: fmt.Sprintf("sandbox %s: policy not set: save state: %v (the current version stays; retry)", a.name, err)})
+	rev, err := a.put(rec)
+	if err != nil {
+		ctx.Respond(errdefs.Reply(errdefs.Unavailable("sandbox %s: policy not set: %w (the current version stays; retry)", a.name, err)))
+		a.conflicted(err)
 		return
 	}
+	rec.Revision = rev
 	a.rec = rec
 	spec = &a.rec.Spec
 	a.env.Log.Info().Str("sandbox", a.name).Uint64("policy_version", spec.PolicyVersion).Msg("policy saved")
@@ -91,9 +92,9 @@ func checkPolicy(file string, data []byte) error {
 	if _, err := policy.Parse(file, data); err != nil {
 		var list policy.ErrorList
 		if errors.As(err, &list) {
-			return fmt.Errorf("invalid policy:\n%v", list)
+			return errdefs.Invalid("invalid policy:\n%v", list)
 		}
-		return fmt.Errorf("invalid policy: %w", err)
+		return errdefs.Invalid("invalid policy: %w", err)
 	}
 	return nil
 }
@@ -115,6 +116,5 @@ func (a *sandboxActor) policyGet(rev uint64) *messages.Reply {
 		kept = append(kept, fmt.Sprint(h.Version))
 	}
 	kept = append(kept, fmt.Sprint(spec.PolicyVersion))
-	return &messages.Reply{Status: messages.Status_STATUS_NOT_FOUND,
-		Message: fmt.Sprintf("sandbox %s has no policy version %d (kept: %s)", a.name, rev, strings.Join(kept, ", "))}
+	return errdefs.Reply(errdefs.NotFound("sandbox %s has no policy version %d (kept: %s)", a.name, rev, strings.Join(kept, ", ")))
 }

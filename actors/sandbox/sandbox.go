@@ -1,73 +1,71 @@
 package sandbox
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
-	"github.com/stockade-dev/stockade/chaos/fault"
-	"github.com/stockade-dev/stockade/driver/process"
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy/reason"
-	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
 )
 
-// supervisorMarker is in every supervisor's command line (Adopt checks it).
-const supervisorMarker = "supervisor"
-
-// stopGrace is how long a graceful stop waits before SIGKILL.
-const stopGrace = 10 * time.Second
-
-// killWait bounds waiting, inside Receive, for a SIGKILLed supervisor to
-// be gone before its successor starts.
-const killWait = 5 * time.Second
-
 // sandboxActor is sandbox/NAME. Its state is the store record; after a
-// restart it reloads it and adopts the supervisor if it still runs.
+// restart it reloads it and adopts the supervisor if it still runs. It
+// reaches the node only through its seams (seams.go): nothing in Receive
+// blocks without a deadline, and slow work (stops, waits, removing files)
+// runs off the actor and reports back as a message (messages.go).
 type sandboxActor struct {
 	env  *Env
 	name string
 	// init is set for a create; nil for a restore.
 	init *create
 
-	m          *lifecycle.Machine
-	rec        store.Record
-	sup        *process.Handle
-	session    *actor.PID // the session child of the current instance
-	hbRestarts map[string]int64
-	resources  *messages.Resources // as the supervisor last reported
-	sessions   int                 // session children spawned (names session/N)
-	// sessionSeen: the current instance said Hello at least once.
-	sessionSeen bool
-	supRemote   *actor.PID // the supervisor's session actor (current instance)
-	hostKey     string     // the sandbox's SSH host key
+	m   *lifecycle.Machine
+	rec store.Record
+	// sup is the current instance's supervisor; dying one being killed
+	// (it is replaced); spawnAfter the one a spawn waits to be gone.
+	sup, dying, spawnAfter driver.Proc
+	// actionSeq numbers stop and delete actions: a report of an older
+	// one is stale.
+	actionSeq   uint64
+	session     *actor.PID // the session child of the current instance
+	hbRestarts  map[string]int64
+	resources   *messages.Resources // as the supervisor last reported
+	sessions    int                 // session children spawned (names session/N)
+	sessionSeen bool                // the current instance said Hello at least once
+	supRemote   *actor.PID          // the supervisor's session actor (current instance)
+	hostKey     string              // the sandbox's SSH host key
 	// children counts the directives applied to this sandbox's session
 	// and relay actors (kept across their replacements).
-	children *supervise.Counters
-	cancel   scheduler.CancelFunc
-	audit    *audit.File
-	timers   *scheduler.TimerScheduler
+	children    *supervise.Counters
+	stopTimer   func() bool
+	gone        bool          // deleted: answering NotFound until forgotten
+	recordRetry time.Duration // backoff of a failed record delete
+	audit       *audit.File
 }
 
 func (a *sandboxActor) Receive(ctx actor.Context) {
+	if a.gone {
+		a.afterDelete(ctx)
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.timers = scheduler.NewTimerScheduler(ctx)
 		a.children = supervise.NewCounters()
 		a.start(ctx)
 	case *messages.SandboxRequest:
@@ -86,12 +84,16 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		if a.fromClient(ctx) {
 			a.policyRequest(ctx, m)
 		}
+	case *messages.LogsRequest, *messages.LogsAck:
+		if a.fromClient(ctx) {
+			a.logs(ctx) // logs.go
+		}
 	case *messages.FaultRequest:
 		if !a.fromClient(ctx) {
 			return
 		}
 		if a.supRemote == nil {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s has no supervisor session", a.name)})
+			ctx.Respond(errdefs.Reply(errdefs.Unavailable("sandbox %s has no supervisor session", a.name)))
 			return
 		}
 		// Asked here and answered from here: a client talks to the gateway
@@ -125,28 +127,15 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 	case *timerFired:
 		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.TimerFired{Seq: m.seq}) })
 	case *supervisorExited:
-		if m.instance != a.rec.InstanceID {
-			return // an earlier instance, already replaced
-		}
-		a.sup = nil
-		up := a.session != nil || a.sessionSeen
-		a.dropSession(ctx)
-		detail := m.detail
-		if last := lastLine(a.env.Dir(a.name) + "/supervisor.log"); last != "" {
-			detail += ": " + last
-		}
-		a.step(ctx, func() (lifecycle.Transition, error) {
-			switch {
-			case !up && a.m.Phase() == lifecycle.PhaseProvisioning:
-				return a.m.On(lifecycle.StartFailed{Detail: detail})
-			case !up && a.m.Phase() == lifecycle.PhaseRecovering:
-				return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: detail})
-			default:
-				return a.m.On(lifecycle.SupervisorLost{Detail: detail})
-			}
-		})
+		a.supervisorExited(ctx, m)
+	case *previousStopped:
+		a.previousStopped(ctx, m)
 	case *actionDone:
 		a.afterAction(ctx, m)
+	case *retryRecordDelete:
+		if a.m.Phase() == lifecycle.PhaseDeleting {
+			a.deleteRecord(ctx)
+		}
 	case *actor.Terminated:
 		if a.session != nil && m.Who.Equal(a.session) {
 			a.session = nil
@@ -157,15 +146,14 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		// The session child is stopped with this instance: no loss to record.
 		a.session = nil
+		a.cancelTimer()
 	case *actor.Stopping:
 		// The gateway (or a delete) stops this actor: its session child is
 		// stopped with it, and its Terminated, delivered after this, is no
 		// session loss (recording one would persist a false Error/SessionLost
 		// at every gateway shutdown, with its audit file already closed).
 		a.session = nil
-		if a.cancel != nil {
-			a.cancel()
-		}
+		a.cancelTimer()
 		if a.audit != nil {
 			_ = a.audit.Close()
 		}
@@ -173,29 +161,20 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 }
 
 func (a *sandboxActor) start(ctx actor.Context) {
-	af, err := a.env.openLifecycleAudit(a.name)
-	if err != nil {
-		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("lifecycle audit unavailable")
-	}
-	a.audit = af
 	if a.init != nil {
 		a.rec = store.Record{Spec: a.init.spec, Intent: store.IntentRunning}
-		a.m = lifecycle.New(a.lifecycleConfig())
+		a.openAudit()
+		a.m = lifecycle.New(a.lifecycleConfig(), lifecycle.WithClock(a.env.Clock))
 		t, err := a.m.Apply(lifecycle.VerbCreate)
+		if err == nil {
+			err = a.createWorkspace()
+		}
+		if err == nil {
+			err = a.persistErr()
+		}
 		if err != nil {
-			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
-			ctx.Stop(ctx.Self())
-			return
-		}
-		if err := os.MkdirAll(a.env.Workspace(a.name), 0o755); err != nil {
-			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL,
-				Message: fmt.Sprintf("create workspace %s: %v", a.env.Workspace(a.name), err)})
-			ctx.Stop(ctx.Self())
-			return
-		}
-		if err := a.persistErr(); err != nil {
-			ctx.Send(a.init.respondTo, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
-			ctx.Stop(ctx.Self())
+			ctx.Send(a.init.respondTo, errdefs.Reply(err))
+			a.vanish(ctx)
 			return
 		}
 		// Acknowledged only now: the record is on disk.
@@ -203,29 +182,55 @@ func (a *sandboxActor) start(ctx actor.Context) {
 		a.carryOut(ctx, t)
 		return
 	}
-	rec, err := a.env.Store.Get(a.name)
+	sctx, cancel := bounded(storeTimeout)
+	rec, err := a.env.Store.Get(sctx, a.name)
+	cancel()
 	if err != nil {
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("sandbox record unreadable; actor stops")
-		ctx.Stop(ctx.Self())
+		a.vanish(ctx)
 		return
 	}
 	a.rec = rec
-	h, err := process.Adopt(rec.SupervisorPID, supervisorMarker)
-	alive := err == nil
-	if alive {
-		a.sup = h
-		a.watch(ctx, h, rec.InstanceID)
+	a.openAudit()
+	alive := false
+	if rec.SupervisorPID > 0 {
+		actx, cancel := bounded(startTimeout)
+		p, err := a.env.Driver.Adopt(actx, a.name, rec.SupervisorPID)
+		cancel()
+		if alive = err == nil; alive {
+			a.sup = p
+			a.watch(ctx, p, rec.InstanceID)
+		}
 	}
-	m, t, err := lifecycle.Restore(rec.Lifecycle, a.lifecycleConfig(), alive)
+	m, t, err := lifecycle.Restore(rec.Lifecycle, a.lifecycleConfig(), alive, lifecycle.WithClock(a.env.Clock))
 	if err != nil {
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("restore lifecycle")
-		ctx.Stop(ctx.Self())
+		a.vanish(ctx)
 		return
 	}
 	a.m = m
 	a.env.Log.Info().Str("sandbox", a.name).Bool("supervisor_alive", alive).Int("supervisor_pid", rec.SupervisorPID).
 		Str("phase", m.Phase().String()).Msg("sandbox re-adopted")
 	a.finish(ctx, t)
+}
+
+// createWorkspace makes the workspace at create, so that the host can put
+// files in before the sandbox is Ready.
+func (a *sandboxActor) createWorkspace() error {
+	ws := a.env.Driver.Workspace(a.name)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return errdefs.Internal("create workspace %s: %w", ws, err)
+	}
+	return nil
+}
+
+// openAudit opens the lifecycle audit of this creation (a.rec is set).
+func (a *sandboxActor) openAudit() {
+	af, err := a.env.openLifecycleAudit(a.name, a.rec.Spec.UID)
+	if err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("lifecycle audit unavailable")
+	}
+	a.audit = af
 }
 
 func (a *sandboxActor) lifecycleConfig() lifecycle.Config {
@@ -242,21 +247,22 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 	}
 	v, ok := verbOf(req.Verb)
 	if !ok {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("unknown verb %s", req.Verb)})
+		ctx.Respond(errdefs.Reply(errdefs.Invalid("unknown verb %s", req.Verb)))
 		return
 	}
 	// Persist, then apply: the step is taken on a copy of the machine and
-	// the record; both replace the live ones only once the record is on
-	// disk. A failed write changes nothing, and the verb can be retried.
+	// the record; both replace the live ones only once the record is
+	// written. A failed write changes nothing, and the verb can be retried.
 	next := a.m.Clone()
 	t, err := next.Apply(v)
 	if err != nil {
 		var re *lifecycle.RefusedError
 		if errors.As(err, &re) {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s: %v", a.name, err), Sandbox: a.status()})
-			return
+			err = errdefs.Refused("sandbox %s: %w", a.name, err)
 		}
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		r := errdefs.Reply(err)
+		r.Sandbox = a.status()
+		ctx.Respond(r)
 		return
 	}
 	rec := a.rec
@@ -269,11 +275,15 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 		rec.Intent, rec.KeepWorkspace = store.IntentDeleted, v == lifecycle.VerbDeleteKeepWorkspace
 	}
 	rec.Lifecycle = next.Snapshot()
-	if err := a.env.Store.Put(context.Background(), rec); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Sandbox: a.status(),
-			Message: fmt.Sprintf("sandbox %s: %s not done: save state: %v (nothing changed; retry)", a.name, v, err)})
+	rev, err := a.put(rec)
+	if err != nil {
+		r := errdefs.Reply(errdefs.Unavailable("sandbox %s: %s not done: %w (nothing changed; retry)", a.name, v, err))
+		r.Sandbox = a.status()
+		ctx.Respond(r)
+		a.conflicted(err)
 		return
 	}
+	rec.Revision = rev
 	a.m, a.rec = next, rec
 	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
 	a.carryOut(ctx, t)
@@ -317,21 +327,47 @@ func (a *sandboxActor) finish(ctx actor.Context, t lifecycle.Transition) {
 	a.carryOut(ctx, t)
 }
 
+// put writes rec (conditional on its revision), bounded by storeTimeout,
+// and returns the new revision.
+func (a *sandboxActor) put(rec store.Record) (uint64, error) {
+	sctx, cancel := bounded(storeTimeout)
+	defer cancel()
+	rev, err := a.env.Store.Put(sctx, rec)
+	if err != nil {
+		return 0, fmt.Errorf("save state: %w", err)
+	}
+	return rev, nil
+}
+
+// persistErr writes the live record and machine.
 func (a *sandboxActor) persistErr() error {
 	a.rec.Lifecycle = a.m.Snapshot()
-	if err := a.env.Store.Put(context.Background(), a.rec); err != nil {
-		return fmt.Errorf("sandbox %s: save state: %w", a.name, err)
+	rev, err := a.put(a.rec)
+	if err != nil {
+		return errdefs.Unavailable("sandbox %s: %w", a.name, err)
 	}
+	a.rec.Revision = rev
 	return nil
 }
 
-// persist saves the record; a failed write is logged (the in-memory state
-// goes on; the next step writes again).
+// persist saves the record after an event; a failed write is logged (the
+// event happened: the in-memory state goes on, and the next write carries
+// it).
 func (a *sandboxActor) persist(ctx actor.Context) {
 	if err := a.persistErr(); err != nil {
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("state not saved")
+		a.conflicted(err)
 	}
 	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
+}
+
+// conflicted: a write found the record changed by another writer, so
+// this actor's copy is stale. It fails; its supervisor restarts it, and
+// it reloads the record (in a cluster: another node may own it now).
+func (a *sandboxActor) conflicted(err error) {
+	if errors.Is(err, store.ErrConflict) {
+		panic(fmt.Errorf("sandbox %s: reloading: %w", a.name, err))
+	}
 }
 
 // carryOut audits the transition's records, arms its timer and performs its
@@ -342,40 +378,68 @@ func (a *sandboxActor) carryOut(ctx actor.Context, t lifecycle.Transition) {
 	}
 	switch {
 	case t.Timer.Kind != lifecycle.TimerNone:
-		if a.cancel != nil {
-			a.cancel()
-		}
-		a.cancel = a.timers.SendOnce(time.Until(t.Timer.At), ctx.Self(), &timerFired{seq: t.Timer.Seq})
-	case a.cancel != nil && !a.m.TimerPending():
+		a.cancelTimer()
+		self, sys, seq := ctx.Self(), ctx.ActorSystem(), t.Timer.Seq
+		a.stopTimer = a.env.Clock.AfterFunc(t.Timer.At.Sub(a.env.Clock.Now()), func() { sys.Root.Send(self, &timerFired{seq: seq}) })
+	case !a.m.TimerPending():
 		// The machine voided its timer (a phase change): cancel ours, so
 		// no stale fire reaches the machine (and the store).
-		a.cancel()
-		a.cancel = nil
+		a.cancelTimer()
 	}
 	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
 	switch t.Action {
 	case lifecycle.ActionSpawn:
 		a.spawn(ctx)
 	case lifecycle.ActionStop:
-		a.stopSupervisor(ctx, stopGrace)
+		a.stopSupervisor(ctx, stopGrace, false)
 	case lifecycle.ActionKill:
-		a.stopSupervisor(ctx, 0)
+		a.stopSupervisor(ctx, 0, false)
 	case lifecycle.ActionReap:
-		a.dropSession(ctx)
-		if h := a.sup; h != nil {
-			a.sup = nil
-			go func() { _ = h.Stop(context.Background(), 0) }()
-		}
+		a.reap(ctx)
 	case lifecycle.ActionDelete, lifecycle.ActionDeleteKeepWorkspace:
-		a.stopSupervisor(ctx, 0)
+		a.stopSupervisor(ctx, 0, true)
 	}
 	if t.Done {
 		a.env.Log.Info().Str("sandbox", a.name).Bool("keep_workspace", a.rec.KeepWorkspace).Msg("sandbox deleted")
-		// The parent forgets the name now, before this actor's Terminated:
-		// a request routed in between would reach a stopped actor and its
-		// client would wait for an answer that never comes.
-		ctx.Send(ctx.Parent(), &deleted{name: a.name, pid: ctx.Self()})
+		// The parent forgets the name, then tells this actor, which stops
+		// only then: a request the parent routed here before it forgot is
+		// in the mailbox ahead of that notice and is answered NotFound
+		// (stopping at once would drop it, and its client would wait for
+		// an answer that never comes).
+		a.vanish(ctx)
+	}
+}
+
+// vanish ends this actor's sandbox (deleted, or a create that failed): the
+// parent forgets it and says so, and the actor stops only then.
+func (a *sandboxActor) vanish(ctx actor.Context) {
+	a.gone = true
+	a.cancelTimer()
+	ctx.Send(ctx.Parent(), &deleted{name: a.name, pid: ctx.Self()})
+}
+
+// afterDelete answers what reaches a deleted sandbox until its parent has
+// forgotten it, then stops.
+func (a *sandboxActor) afterDelete(ctx actor.Context) {
+	gone := errdefs.NotFound("no sandbox named %q (stockade sandbox list shows them)", a.name)
+	switch ctx.Message().(type) {
+	case *forgotten:
 		ctx.Stop(ctx.Self())
+	case *messages.Hello:
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: gone.Error() + "; exit"})
+	case *messages.SandboxRequest, *messages.PolicyRequest, *messages.RelayRequest, *messages.FaultRequest:
+		ctx.Respond(errdefs.Reply(gone))
+	case *actor.Stopping:
+		if a.audit != nil {
+			_ = a.audit.Close()
+		}
+	}
+}
+
+func (a *sandboxActor) cancelTimer() {
+	if a.stopTimer != nil {
+		a.stopTimer()
+		a.stopTimer = nil
 	}
 }
 
@@ -402,132 +466,11 @@ func (a *sandboxActor) recordTransition(r lifecycle.Record) {
 	a.audit.Record(e)
 }
 
-// spawn starts a new supervisor instance on the existing workspace.
-func (a *sandboxActor) spawn(ctx actor.Context) {
-	a.dropSession(ctx)
-	if h := a.sup; h != nil {
-		// Never two supervisors on one workspace: the old one is killed
-		// and gone before a new one starts. Bounded: a supervisor that
-		// does not die within killWait fails this start (retried later).
-		kctx, cancel := context.WithTimeout(context.Background(), killWait)
-		err := h.Stop(kctx, 0)
-		cancel()
-		if err != nil {
-			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("the previous supervisor did not exit")
-			a.step(ctx, func() (lifecycle.Transition, error) {
-				return a.m.On(lifecycle.StartFailed{Detail: fmt.Sprintf("the previous supervisor (pid %d) did not exit: %v", h.Pid, err)})
-			})
-			return
-		}
-		a.sup = nil
-	}
-	inst := newInstance()
-	a.rec.InstanceID, a.rec.WorkloadPID = inst, 0
-	a.sessionSeen = false
-	err := a.launch(inst)
-	if err != nil {
-		a.persist(ctx)
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}) })
-		return
-	}
-	a.persist(ctx)
-	a.watch(ctx, a.sup, inst)
-}
-
-func (a *sandboxActor) launch(inst string) error {
-	ws := a.env.Workspace(a.name)
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return fmt.Errorf("workspace %s: %w", ws, err)
-	}
-	creds, err := a.env.Credentials(a.name)
-	if err != nil {
-		return fmt.Errorf("supervisor certificate: %w", err)
-	}
-	s := spec.Supervisor{
-		Name: a.name, Instance: inst, Gateway: a.env.Gateway, Credentials: creds, Chaos: a.env.Chaos,
-		Policy: a.rec.Spec.Policy, PolicyVersion: a.rec.Spec.PolicyVersion, Argv: a.rec.Spec.Argv, Workdir: a.rec.Spec.Workdir,
-		Workspace: ws, AuditFile: a.env.Dir(a.name) + "/audit.jsonl",
-		Hosts: a.env.Hosts, DNSUpstream: a.env.DNSUpstream, AllowLoopback: a.env.AllowLoopback, MaxConns: a.env.MaxConns,
-		Limits: specLimits(a.rec.Spec.Limits.Or(a.env.limits())), Unconfined: a.env.Unconfined,
-	}
-	if err := spec.Write(a.env.SpecFile(a.name), s); err != nil {
-		return err
-	}
-	if a.env.Faults != nil {
-		if err := a.env.Faults.Inject(fault.SupervisorStart); err != nil {
-			return fmt.Errorf("start supervisor: %w", err)
-		}
-	}
-	h, err := process.Start(process.Spec{
-		Binary:  a.env.Binary,
-		Args:    []string{supervisorMarker, "--spec", a.env.SpecFile(a.name)},
-		LogFile: a.env.Dir(a.name) + "/supervisor.log",
-		Dir:     a.env.Dir(a.name),
-	})
-	if err != nil {
-		return err
-	}
-	a.sup = h
-	a.rec.SupervisorPID = h.Pid
-	return nil
-}
-
-func (a *sandboxActor) watch(ctx actor.Context, h *process.Handle, inst string) {
-	self, sys := ctx.Self(), ctx.ActorSystem()
-	go func() {
-		<-h.Done()
-		detail := "supervisor exited"
-		if err := h.Err(); err != nil {
-			detail = err.Error()
-		}
-		sys.Root.Send(self, &supervisorExited{instance: inst, detail: detail})
-	}()
-}
-
-// stopSupervisor stops the supervisor off the actor and reports actionDone.
-func (a *sandboxActor) stopSupervisor(ctx actor.Context, grace time.Duration) {
-	a.dropSession(ctx)
-	h, inst := a.sup, a.rec.InstanceID
-	a.sup = nil
-	self, sys := ctx.Self(), ctx.ActorSystem()
-	go func() {
-		var err error
-		if h != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
-			err = h.Stop(sctx, grace)
-			cancel()
-		}
-		sys.Root.Send(self, &actionDone{instance: inst, err: err})
-	}()
-}
-
-func (a *sandboxActor) afterAction(ctx actor.Context, m *actionDone) {
-	if m.err != nil {
-		a.env.Log.Warn().Err(m.err).Str("sandbox", a.name).Msg("supervisor stop")
-	}
-	switch a.m.Phase() {
-	case lifecycle.PhaseStopping:
-		a.rec.SupervisorPID, a.rec.WorkloadPID = 0, 0
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StopDone{}) })
-	case lifecycle.PhaseDeleting:
-		if !a.rec.KeepWorkspace {
-			if err := os.RemoveAll(a.env.Workspace(a.name)); err != nil {
-				a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("remove workspace")
-			}
-		}
-		if err := a.env.Store.Delete(context.Background(), a.name); err != nil {
-			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("delete record; retrying on next start")
-			return
-		}
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.DeleteDone{}) })
-	}
-}
-
 // hello accepts a supervisor's session for the current instance.
 func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
-	if h.Instance != a.rec.InstanceID {
+	if h.Instance != a.rec.InstanceID || a.spawnAfter != nil {
 		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_REFUSED,
-			Message: fmt.Sprintf("instance %s of sandbox %s is not current (current: %s); exit", h.Instance, a.name, a.rec.InstanceID)})
+			Message: fmt.Sprintf("instance %s of sandbox %s is not current (current: %s, being replaced: %t); exit", h.Instance, a.name, a.rec.InstanceID, a.spawnAfter != nil)})
 		return
 	}
 	a.dropSession(ctx)
@@ -539,19 +482,22 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	a.sessions++
 	pid, err := ctx.SpawnNamed(props, "session/"+strconv.Itoa(a.sessions))
 	if err != nil {
-		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_INTERNAL, Message: err.Error()})
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("spawn session: %v", err)})
 		return
 	}
 	ctx.Watch(pid)
 	a.session, a.sessionSeen = pid, true
 	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
 	if a.sup == nil {
-		if hd, err := process.Adopt(int(h.SupervisorPid), supervisorMarker); err == nil {
-			a.sup = hd
-			a.watch(ctx, hd, h.Instance)
+		actx, cancel := bounded(startTimeout)
+		p, err := a.env.Driver.Adopt(actx, a.name, int(h.SupervisorPid))
+		cancel()
+		if err == nil {
+			a.sup = p
+			a.watch(ctx, p, h.Instance)
 		}
 	}
-	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: heartbeatEvery.Milliseconds()})
+	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: contract.HeartbeatEvery.Milliseconds()})
 	if h.PolicyVersion != a.rec.Spec.PolicyVersion {
 		// A policy set it missed (it was starting, or cut off): push it now.
 		a.env.Log.Info().Str("sandbox", a.name).Uint64("supervisor_has", h.PolicyVersion).
@@ -565,12 +511,11 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 // supervisor: two one-time tokens, one for each side.
 func (a *sandboxActor) openRelay(ctx actor.Context) {
 	if err := a.m.Check(lifecycle.VerbExec); err != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED, Message: fmt.Sprintf("sandbox %s: %v", a.name, err)})
+		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s: %w", a.name, err)))
 		return
 	}
 	if a.session == nil || a.supRemote == nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
-			Message: fmt.Sprintf("sandbox %s has no supervisor session right now; retry in a moment", a.name)})
+		ctx.Respond(errdefs.Reply(errdefs.Unavailable("sandbox %s has no supervisor session right now; retry in a moment", a.name)))
 		return
 	}
 	tc, ts := relay.NewToken(), relay.NewToken()
@@ -595,7 +540,7 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	rec := a.rec
 	rec.Lifecycle = a.m.Snapshot()
 	st := recordStatus(rec)
-	st.Workspace, st.Restarts = a.env.Workspace(a.name), map[string]int64{}
+	st.Workspace, st.Restarts = a.env.Driver.Workspace(a.name), map[string]int64{}
 	st.Resources = a.resources
 	if st.Resources == nil { // no report yet: the limits as created
 		l := a.rec.Spec.Limits.Or(a.env.limits())
@@ -614,33 +559,8 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	return st
 }
 
-// lastLine returns the last non-empty line of a log file (at most 400
-// bytes of it): the supervisor's last word names why it ended.
-func lastLine(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := st.Size() - 4096
-	if off < 0 {
-		off = 0
-	}
-	buf := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(buf, off); err != nil && len(buf) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(buf)), "\n")
-	last := strings.TrimSpace(lines[len(lines)-1])
-	if len(last) > 400 {
-		last = last[:400]
-	}
-	return last
-}
+// logDir holds this creation's logs.
+func (a *sandboxActor) logDir() string { return a.env.LogDir(a.name, a.rec.Spec.UID) }
 
 // reasonText is "" for no reason (the JSON of `sandbox get`).
 func reasonText(r lifecycle.Reason) string {
@@ -652,6 +572,13 @@ func reasonText(r lifecycle.Reason) string {
 
 func newInstance() string {
 	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newUID names one creation of a sandbox.
+func newUID() string {
+	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }

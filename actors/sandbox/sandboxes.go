@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
@@ -29,18 +30,23 @@ func Props(env *Env) *actor.Props {
 }
 
 type sandboxesActor struct {
-	env    *Env
-	kids   map[string]*actor.PID
-	names  map[string]string // actor id -> sandbox name
-	dying  map[string]bool   // actor ids that said deleted and are stopping
-	status map[string]*messages.SandboxStatus
+	env   *Env
+	kids  map[string]*actor.PID
+	names map[string]string // actor id -> sandbox name
+	dying map[string]string // actor id -> name: said deleted, stopping
+	// waiting are creates of a name whose deleted actor has not stopped
+	// yet (its actor id is still taken): spawned at its Terminated.
+	waiting map[string]*create
+	status  map[string]*messages.SandboxStatus
 }
 
 func (a *sandboxesActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.names, a.dying = map[string]string{}, map[string]bool{}
-		recs, err := a.env.Store.List()
+		a.names, a.dying, a.waiting = map[string]string{}, map[string]string{}, map[string]*create{}
+		lctx, cancel := bounded(storeTimeout)
+		recs, err := a.env.Store.List(lctx)
+		cancel()
 		if err != nil {
 			a.env.Log.Error().Err(err).Msg("some sandbox records are unreadable")
 		}
@@ -62,6 +68,10 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 	case *messages.FaultRequest:
 		a.route(ctx, m.Name)
 	case *messages.PolicyRequest:
+		a.route(ctx, m.Name)
+	case *messages.LogsRequest:
+		a.route(ctx, m.Name)
+	case *messages.LogsAck:
 		a.route(ctx, m.Name)
 	case *messages.Hello:
 		if pid, ok := a.kids[m.Sandbox]; ok {
@@ -89,12 +99,17 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 	case *deleted:
 		a.forget(m.name, m.pid)
-		a.dying[m.pid.Id] = true
+		a.dying[m.pid.Id] = m.name
+		ctx.Send(m.pid, &forgotten{})
 	case *actor.Terminated:
-		if a.dying[m.Who.Id] {
-			// Forgotten at its deleted notice; a new sandbox of the same
-			// name (same actor id) may already be here.
+		if name, ok := a.dying[m.Who.Id]; ok {
+			// Forgotten at its deleted notice; a create of the same name
+			// (same actor id) may be waiting for the id to be free.
 			delete(a.dying, m.Who.Id)
+			if c := a.waiting[name]; c != nil {
+				delete(a.waiting, name)
+				a.spawn(ctx, name, c)
+			}
 			return
 		}
 		if name, ok := a.names[m.Who.Id]; ok {
@@ -109,7 +124,7 @@ func recordStatus(r store.Record) *messages.SandboxStatus {
 	s := r.Lifecycle
 	st := &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
 		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts), PolicyVersion: r.Spec.PolicyVersion,
-		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID)}
+		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID), Uid: r.Spec.UID}
 	if !s.NextRetry.IsZero() {
 		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
 	}
@@ -132,32 +147,28 @@ func (a *sandboxesActor) forget(name string, pid *actor.PID) {
 func (a *sandboxesActor) route(ctx actor.Context, name string) {
 	pid, ok := a.kids[name]
 	if !ok {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_NOT_FOUND,
-			Message: fmt.Sprintf("no sandbox named %q (stockade sandbox list shows them)", name)})
+		ctx.Respond(errdefs.Reply(errdefs.NotFound("no sandbox named %q (stockade sandbox list shows them)", name)))
 		return
 	}
 	ctx.Forward(pid)
 }
 
 func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
-	invalid := func(format string, args ...any) {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf(format, args...)})
-	}
+	invalid := func(format string, args ...any) { ctx.Respond(errdefs.Reply(errdefs.Invalid(format, args...))) }
 	if err := CheckName(m.Name); err != nil {
 		invalid("%v", err)
 		return
 	}
-	if _, ok := a.kids[m.Name]; ok {
+	if _, ok := a.kids[m.Name]; ok || a.waiting[m.Name] != nil {
 		phase := "?"
 		if st := a.status[m.Name]; st != nil {
 			phase = st.Phase
 		}
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_REFUSED,
-			Message: fmt.Sprintf("sandbox %s already exists (phase %s): delete it first, or pick another name", m.Name, phase)})
+		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s already exists (phase %s): delete it first, or pick another name", m.Name, phase)))
 		return
 	}
 	if err := checkPolicy(m.PolicyFile, m.Policy); err != nil {
-		invalid("%v", err)
+		ctx.Respond(errdefs.Reply(err))
 		return
 	}
 	restart, err := lifecycle.ParseRestartPolicy(m.Restart)
@@ -180,9 +191,16 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 		invalid("limits %+v: use positive values (at least 8 pids and 16 MiB of memory), 0 for the default or -1 for none", asked)
 		return
 	}
-	spec := store.Spec{Name: m.Name, Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
+	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
 		Argv: argv, Restart: restart, Created: time.Now(), Limits: asked.Or(a.env.limits())}
-	a.spawn(ctx, m.Name, &create{spec: spec, respondTo: ctx.Sender()})
+	c := &create{spec: spec, respondTo: ctx.Sender()}
+	for _, name := range a.dying {
+		if name == m.Name {
+			a.waiting[m.Name] = c // its predecessor is stopping
+			return
+		}
+	}
+	a.spawn(ctx, m.Name, c)
 }
 
 func (a *sandboxesActor) spawn(ctx actor.Context, name string, c *create) {
@@ -197,12 +215,14 @@ func (a *sandboxesActor) spawn(ctx actor.Context, name string, c *create) {
 	pid, err := ctx.SpawnNamed(props, "sandbox/"+name)
 	if err != nil {
 		if c != nil {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("spawn sandbox %s: %v", name, err)})
+			ctx.Respond(errdefs.Reply(errdefs.Internal("spawn sandbox %s: %w", name, err)))
 		}
 		env.Log.Error().Err(err).Str("sandbox", name).Msg("spawn sandbox actor")
 		return
 	}
+	// No Watch: a parent gets its child's Terminated anyway, and a second
+	// one (from watching) for a deleted sandbox would arrive after its
+	// successor of the same name (same pid) took its place, and drop it.
 	a.kids[name] = pid
 	a.names[pid.Id] = name
-	ctx.Watch(pid)
 }

@@ -8,13 +8,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/trust"
 )
-
-// heartbeatEvery is the supervisor's heartbeat period; a session with no
-// heartbeat for three periods is lost.
-const heartbeatEvery = time.Second
 
 // sessionActor is sandbox/NAME/session/N, the gateway's end of one
 // supervisor session. It forwards the supervisor's messages to the sandbox
@@ -36,20 +33,17 @@ type sessionActor struct {
 // checkAlive is the session actor's own liveness tick.
 type checkAlive struct{}
 
-// lostAfter is how long a session may be silent.
-const lostAfter = 3 * heartbeatEvery
-
 func (s *sessionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.lastWord = time.Now()
-		s.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(heartbeatEvery/4, heartbeatEvery/4, ctx.Self(), &checkAlive{})
+		s.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(contract.HeartbeatEvery/4, contract.HeartbeatEvery/4, ctx.Self(), &checkAlive{})
 	case *actor.Stopping:
 		if s.cancel != nil {
 			s.cancel()
 		}
 	case *checkAlive:
-		if silent := time.Since(s.lastWord); silent > lostAfter {
+		if silent := time.Since(s.lastWord); silent > contract.SessionLostAfter {
 			s.log.Warn().Dur("silent_for", silent).Msg("session lost: no heartbeat from the supervisor")
 			ctx.Stop(ctx.Self())
 		}

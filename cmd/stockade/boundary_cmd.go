@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -48,6 +50,7 @@ type serveOpts struct {
 	faults        []string
 	metricsAddr   string
 	cpuProfile    string
+	readyFile     string
 }
 
 func newBoundaryServeCmd() *cobra.Command {
@@ -78,6 +81,7 @@ the log as one line each.`,
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
 	f.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); empty: off")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until the boundary stops (benchmarks)")
+	f.StringVar(&o.readyFile, "ready-file", "", "once serving, write this file (JSON: proxy, dns, metrics, pid); removed when the boundary stops")
 	_ = f.MarkHidden("fault")
 	_ = f.MarkHidden("cpuprofile")
 	_ = cmd.MarkFlagRequired("policy")
@@ -198,27 +202,40 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	if err != nil {
 		return &exitError{exitFailure, err}
 	}
+	// Signals are handled from before "ready": whoever saw the ready file
+	// may send SIGHUP or SIGTERM at once.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	ready := boundaryReady{PID: os.Getpid()}
 	if o.metricsAddr != "" {
-		stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
+		bound, stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
 		if err != nil {
 			_ = b.Stop()
 			sys.Shutdown()
 			return &exitError{exitFailure, err}
 		}
 		defer stop()
+		ready.Metrics = bound
 	}
 	ev := log.Info().Uint64("policy_version", engine.Version()).Str("identity", resolver.Mode()).Str("dns_upstream", fmt.Sprint(up))
 	if cfg.Proxy != nil {
-		ev = ev.Str("proxy", cfg.Proxy.Addr().String())
+		ready.Proxy = cfg.Proxy.Addr().String()
+		ev = ev.Str("proxy", ready.Proxy)
 	}
 	if cfg.DNSPacket != nil {
-		ev = ev.Str("dns", cfg.DNSPacket.LocalAddr().String())
+		ready.DNS = cfg.DNSPacket.LocalAddr().String()
+		ev = ev.Str("dns", ready.DNS)
 	}
 	ev.Msg("boundary ready")
-
-	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	if o.readyFile != "" {
+		if err := writeReadyFile(o.readyFile, ready); err != nil {
+			_ = b.Stop()
+			sys.Shutdown()
+			return &exitError{exitFailure, err}
+		}
+		defer func() { _ = os.Remove(o.readyFile) }()
+	}
 	for {
 		select {
 		case s := <-sig:
@@ -280,17 +297,18 @@ func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, er
 	return closers, nil
 }
 
-// serveMetrics serves /metrics with the given collectors until stop is called.
-func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (stop func(), err error) {
+// serveMetrics serves /metrics with the given collectors until stop is
+// called; bound is the address it listens on.
+func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (bound string, stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("metrics: register: %w", err)
+			return "", nil, fmt.Errorf("metrics: register: %w", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listen %s: %w", addr, err)
+		return "", nil, fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -301,5 +319,44 @@ func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (
 		}
 	}()
 	log.Info().Str("addr", ln.Addr().String()).Msg("metrics serving")
-	return func() { _ = srv.Close() }, nil
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// boundaryReady is the content of `boundary serve --ready-file` (README.md,
+// "Readiness"); an address is omitted when that service is off.
+type boundaryReady struct {
+	Proxy   string `json:"proxy,omitempty"`
+	DNS     string `json:"dns,omitempty"`
+	Metrics string `json:"metrics,omitempty"`
+	PID     int    `json:"pid"`
+}
+
+// writeReadyFile writes v as one JSON object to path atomically: a
+// temporary file in the same directory, mode 0644, renamed over path, so a
+// reader sees no file or the whole one. A file a killed process left is
+// replaced; its pid tells the two apart.
+func writeReadyFile(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("--ready-file %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("--ready-file %s: %w (the directory must be writable by this user)", path, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("--ready-file %s: %w", path, err)
+	}
+	return nil
 }

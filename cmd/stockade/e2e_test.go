@@ -1,22 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/internal/testworld"
 )
 
 // binPath is the stockade binary built once for the end-to-end tests.
@@ -26,75 +26,30 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithStockade(m, ".", &binPath)
 
 // served is a running `stockade boundary serve` process.
 type served struct {
-	cmd   *exec.Cmd
+	p     *testworld.Process
+	cmd   *exec.Cmd // p.Cmd
 	proxy string
 	dns   string
-	mu    sync.Mutex
-	lines []string // stderr log lines (JSON)
 }
 
-func (s *served) logHas(sub string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, l := range s.lines {
-		if strings.Contains(l, sub) {
-			return true
-		}
-	}
-	return false
-}
+// logHas reports whether the boundary's log (JSON lines) contains sub.
+func (s *served) logHas(sub string) bool { return strings.Contains(s.p.Log.String(), sub) }
 
+// serve starts `boundary serve` on free ports and waits for its ready
+// file; at cleanup it must stop cleanly on SIGTERM and remove that file.
 func serve(t *testing.T, args ...string) *served {
 	t.Helper()
-	s := &served{}
-	s.cmd = exec.Command(binPath, append([]string{"boundary", "serve", "--log-format", "json",
-		"--proxy", "127.0.0.1:0", "--dns", "127.0.0.1:0"}, args...)...)
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan map[string]any, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.lines = append(s.lines, line)
-			s.mu.Unlock()
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "boundary ready" {
-				ready <- m
-			}
-		}
-	}()
+	p := testworld.Start(t, testworld.Spec{Bin: binPath, Name: "boundary", Timeout: 20 * time.Second,
+		Args: append([]string{"boundary", "serve", "--log-format", "json", "--proxy", "127.0.0.1:0", "--dns", "127.0.0.1:0"}, args...)})
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- s.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("boundary exited with %v on SIGTERM", err)
-			}
-		case <-time.After(15 * time.Second):
-			_ = s.cmd.Process.Kill()
-			t.Errorf("boundary did not stop within 15 s of SIGTERM")
+		if err := p.Stop(15 * time.Second); err != nil {
+			t.Errorf("boundary did not stop cleanly on SIGTERM: %v", err)
+		}
+		if _, err := os.Stat(p.ReadyFile); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the boundary left its ready file after a clean exit (stat: %v)", err)
 		}
 	})
-	select {
-	case m := <-ready:
-		s.proxy, _ = m["proxy"].(string)
-		s.dns, _ = m["dns"].(string)
-	case <-time.After(20 * time.Second):
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		t.Fatalf("boundary not ready within 20 s; log:\n%s", strings.Join(s.lines, "\n"))
-	}
-	return s
+	return &served{p: p, cmd: p.Cmd, proxy: p.Addrs.Proxy, dns: p.Addrs.DNS}
 }
 
 type fixture struct {
@@ -241,17 +196,9 @@ func TestServeIdentityPanicDeniesCleanly(t *testing.T) {
 
 func (s *served) metrics(t *testing.T) string {
 	t.Helper()
-	var addr string
-	s.mu.Lock()
-	for _, l := range s.lines {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics serving" {
-			addr, _ = m["addr"].(string)
-		}
-	}
-	s.mu.Unlock()
+	addr := s.p.Addrs.Metrics
 	if addr == "" {
-		t.Fatal("no 'metrics serving' log line")
+		t.Fatal("the ready file has no metrics address (serve with --metrics)")
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/stockade-dev/stockade/actors/relay"
-	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 )
 
@@ -35,7 +35,7 @@ func (co *clientOpts) openRelay(cmd *cobra.Command, name string) (net.Conn, *mes
 		return nil, nil, &exitError{exitUnreachable, fmt.Errorf("open relay to %s: %w", name, err)}
 	}
 	if reply.Status != messages.Status_STATUS_OK {
-		return nil, nil, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
+		return nil, nil, &exitError{errdefs.ExitCode(errdefs.KindOfStatus(reply.Status)), errdefs.FromReply(reply)}
 	}
 	conn, err := c.DialRelay(reply.RelayAddr)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -21,7 +22,7 @@ func newGatewayCmd() *cobra.Command {
 	var cfg gateway.Config
 	var faultRules []string
 	var chaos bool
-	var metricsAddr string
+	var metricsAddr, readyFile string
 	run := &cobra.Command{
 		Use:   "run",
 		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
@@ -46,12 +47,27 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 				cfg.Log.Warn().Str("rule", r).Msg("gateway fault armed")
 			}
 			cfg.Counters, cfg.Refused, cfg.Chaos = supervise.NewCounters(), transport.NewRefusals(), chaos
+			var metricsBound string
 			if metricsAddr != "" {
-				stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cfg.Counters, cfg.Refused, collectors.NewGoCollector())
+				bound, stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cfg.Counters, cfg.Refused, collectors.NewGoCollector())
 				if err != nil {
 					return &exitError{exitFailure, err}
 				}
 				defer stopMetrics()
+				metricsBound = bound
+			}
+			if readyFile != "" {
+				wrote := false // remove only our own file, not one of a gateway this one failed to replace
+				cfg.Ready = func(s gateway.Served) error {
+					err := writeReadyFile(readyFile, gatewayReady{API: s.API, Relay: s.Relay, Metrics: metricsBound, StateDir: s.StateDir, PID: os.Getpid()})
+					wrote = err == nil
+					return err
+				}
+				defer func() {
+					if wrote {
+						_ = os.Remove(readyFile)
+					}
+				}()
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -70,6 +86,7 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
 	f.IntVar(&cfg.MaxConns, "max-conns", 1024, "per sandbox: concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
+	f.StringVar(&readyFile, "ready-file", "", "once serving, write this file (JSON: api, relay, metrics, state_dir, pid); removed when the gateway stops")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")
 	f.BoolVar(&cfg.Unconfined, "bench-unconfined", false, "sandboxes without seccomp and cgroup (benchmarks of their cost only)")
@@ -83,6 +100,16 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	}
 	cmd.AddCommand(run)
 	return cmd
+}
+
+// gatewayReady is the content of `gateway run --ready-file` (README.md,
+// "Readiness"); metrics is omitted without --metrics.
+type gatewayReady struct {
+	API      string `json:"api"`
+	Relay    string `json:"relay"`
+	Metrics  string `json:"metrics,omitempty"`
+	StateDir string `json:"state_dir"`
+	PID      int    `json:"pid"`
 }
 
 func newSupervisorCmd() *cobra.Command {

@@ -2,141 +2,107 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/errdefs"
+	"github.com/stockade-dev/stockade/logs"
 	"github.com/stockade-dev/stockade/messages"
 )
 
-// logSource is one log file of a sandbox, read from the gateway's state
-// dir (the embedded default keeps logs on the gateway's host).
-type logSource struct {
-	path   string
-	audit  bool // JSON audit events, shown in the one-line form
-	prefix string
-	off    int64
-}
-
+// newLogsCmd is `sandbox logs`: the gateway streams the logs (the node
+// that owns the sandbox serves them); nothing is read from local files.
 func newLogsCmd(co *clientOpts) *cobra.Command {
-	var follow, auditOnly bool
+	var follow, auditOnly, timestamps bool
 	var tail int
 	var since time.Duration
+	var output string
 	cmd := &cobra.Command{
-		Use:   "logs NAME [--follow] [--audit] [--since D] [-n N]",
-		Short: "Show a sandbox's workload output and boundary decisions",
-		Args:  cobra.ExactArgs(1),
+		Use:   "logs NAME [-f] [--audit] [--since D] [-n N] [-o text|json] [--timestamps]",
+		Short: "Show a sandbox's workload output (out: and err:), boundary decisions and lifecycle events, in time order",
+		Long: `Show a sandbox's logs, as the gateway serves them: the workload's output
+(stdout lines labelled out:, stderr err:), the boundary's decisions and the
+sandbox's lifecycle events, merged in time order. Only the current creation
+of NAME is shown (a sandbox deleted and created again starts empty).
+
+-n N shows the last N lines of the merged result; --since D the lines of
+the last D; -f keeps printing what is written later, until interrupted or
+the sandbox is deleted. Each line starts with its time (with the date when
+it is older than today, full RFC 3339 with --timestamps). -o json prints
+one JSON object per line: time, source (workload, audit, lifecycle),
+stream (out, err: workload only), text, event (audit, lifecycle).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			if _, err := co.call(cmd, &messages.SandboxRequest{Name: name, Verb: messages.Verb_VERB_GET}); err != nil {
+			if output != "text" && output != "json" {
+				return &exitError{exitUsage, fmt.Errorf("-o %q: use text or json", output)}
+			}
+			if tail < 0 || tail > logs.MaxTail {
+				return &exitError{exitUsage, fmt.Errorf("-n %d: use 0 (all) to %d", tail, logs.MaxTail)}
+			}
+			if since < 0 {
+				return &exitError{exitUsage, fmt.Errorf("--since %s: use a positive duration, e.g. 10m", since)}
+			}
+			req := &messages.LogsRequest{Name: args[0], Follow: follow, AuditOnly: auditOnly, Tail: int32(tail)}
+			if since > 0 {
+				req.SinceUnixMs = time.Now().Add(-since).UnixMilli()
+			}
+			c, err := co.dial(cmd)
+			if err != nil {
 				return err
 			}
-			dir := filepath.Join(co.stateDir, "sandboxes", name)
-			srcs := []*logSource{{path: filepath.Join(dir, "audit.jsonl"), audit: true}, {path: filepath.Join(dir, "lifecycle.jsonl"), audit: true}}
-			if !auditOnly {
-				srcs = append([]*logSource{{path: filepath.Join(dir, "workload.log"), prefix: "out: "}}, srcs...)
-			}
-			var cutoff time.Time
-			if since > 0 {
-				cutoff = time.Now().Add(-since)
-			}
-			out := cmd.OutOrStdout()
-			var events []logLine // audit and lifecycle, merged by time
-			for _, s := range srcs {
-				lines, err := s.read(cutoff)
-				if err != nil {
-					return &exitError{exitFailure, err}
-				}
-				if tail > 0 && len(lines) > tail {
-					lines = lines[len(lines)-tail:]
-				}
-				if !s.audit {
-					for _, l := range lines {
-						fmt.Fprintln(out, l.text)
+			defer c.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			err = c.Logs(ctx, req, func(b *messages.LogsBatch) error {
+				now := time.Now()
+				for _, pe := range b.Entries {
+					e := logs.Entry{Time: time.UnixMilli(pe.TimeUnixMs), Source: pe.Source, Stream: pe.Stream, Text: pe.Text, Event: pe.Event}
+					if output == "json" {
+						line, err := logs.JSON(e)
+						if err != nil {
+							return err
+						}
+						_, _ = out.Write(append(line, '\n'))
+						continue
 					}
-					continue
+					_, _ = out.WriteString(logs.Format(e, now, timestamps) + "\n")
 				}
-				events = append(events, lines...)
-			}
-			sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
-			for _, l := range events {
-				fmt.Fprintln(out, l.text)
-			}
-			for follow {
-				time.Sleep(250 * time.Millisecond)
-				for _, s := range srcs {
-					lines, err := s.read(cutoff)
-					if err != nil {
-						return &exitError{exitFailure, err}
-					}
-					for _, l := range lines {
-						fmt.Fprintln(out, l.text)
-					}
+				if err := out.Flush(); err != nil {
+					return fmt.Errorf("logs: write: %w", err)
 				}
+				if b.End && b.Message != "" && b.Status == messages.Status_STATUS_OK {
+					fmt.Fprintln(cmd.ErrOrStderr(), "stockade:", b.Message)
+				}
+				return nil
+			})
+			var kind *errdefs.Error
+			switch {
+			case err == nil, ctx.Err() != nil && errors.Is(err, ctx.Err()):
+				return nil // done, or interrupted
+			case errors.As(err, &kind):
+				return &exitError{errdefs.ExitCode(kind.Kind), err}
+			case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrRefused):
+				return &exitError{exitUnreachable, err}
+			default:
+				return &exitError{exitFailure, err}
 			}
-			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines")
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted (or the sandbox is deleted)")
 	f.BoolVar(&auditOnly, "audit", false, "only the boundary's decisions and lifecycle events")
-	f.IntVarP(&tail, "tail", "n", 0, "only the last N lines of each source (0: all)")
-	f.DurationVar(&since, "since", 0, "only audit events newer than this (e.g. 10m)")
+	f.IntVarP(&tail, "tail", "n", 0, "only the last N lines of the merged result (0: all)")
+	f.DurationVar(&since, "since", 0, "only lines newer than this (e.g. 10m), from every source")
+	f.StringVarP(&output, "output", "o", "text", "text or json (one object per line)")
+	f.BoolVar(&timestamps, "timestamps", false, "full RFC 3339 times with milliseconds and zone")
 	return cmd
-}
-
-// logLine is one line to print; at is set for audit events.
-type logLine struct {
-	at   time.Time
-	text string
-}
-
-// read returns the complete lines appended since the last read.
-func (s *logSource) read(cutoff time.Time) ([]logLine, error) {
-	f, err := os.Open(s.path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("logs: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() < s.off {
-		s.off = 0 // rotated
-	}
-	if _, err := f.Seek(s.off, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("logs: %w", err)
-	}
-	var out []logLine
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			break // a partial last line waits for the next read
-		}
-		s.off += int64(len(line))
-		line = strings.TrimRight(line, "\n")
-		if !s.audit {
-			out = append(out, logLine{text: s.prefix + line})
-			continue
-		}
-		var e audit.Event
-		if json.Unmarshal([]byte(line), &e) != nil {
-			continue
-		}
-		e.Time = time.UnixMilli(e.TimeMs)
-		if !cutoff.IsZero() && e.Time.Before(cutoff) {
-			continue
-		}
-		out = append(out, logLine{at: e.Time, text: e.Time.UTC().Format("15:04:05.000") + " " + e.Line()})
-	}
-	return out, nil
 }

@@ -10,18 +10,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
 )
 
-// Exit codes (DESIGN.md, "Client verbs").
+// Exit codes (package contract; README.md lists them).
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitNotFound    = 3
-	exitRefused     = 4
-	exitUnreachable = 5
+	exitOK          = contract.ExitOK
+	exitFailure     = contract.ExitFailure
+	exitUsage       = contract.ExitUsage
+	exitNotFound    = contract.ExitNotFound
+	exitRefused     = contract.ExitRefused
+	exitUnreachable = contract.ExitUnreachable
 )
 
 // exitError carries an exit code up to main.

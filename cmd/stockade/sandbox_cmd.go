@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
@@ -107,7 +108,7 @@ func request(c *client.Client, msg proto.Message) (*messages.Reply, error) {
 		return nil, &exitError{exitFailure, err}
 	}
 	if reply.Status != messages.Status_STATUS_OK {
-		return reply, &exitError{client.ExitCode(reply.Status), errors.New(reply.Message)}
+		return reply, &exitError{errdefs.ExitCode(errdefs.KindOfStatus(reply.Status)), errdefs.FromReply(reply)}
 	}
 	return reply, nil
 }
@@ -253,6 +254,7 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 // statusView is `sandbox get -o json|yaml`: camelCase keys, stable (DESIGN.md).
 type statusView struct {
 	Name             string           `json:"name" yaml:"name"`
+	UID              string           `json:"uid,omitempty" yaml:"uid,omitempty"` // this creation (its logs)
 	Phase            string           `json:"phase" yaml:"phase"`
 	Reason           string           `json:"reason" yaml:"reason"`
 	Message          string           `json:"message" yaml:"message"`
@@ -302,7 +304,7 @@ func msTime(ms int64) string {
 }
 
 func viewOf(s *messages.SandboxStatus) statusView {
-	v := statusView{Name: s.Name, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
+	v := statusView{Name: s.Name, UID: s.Uid, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
 		RecoveryAttempts: s.RecoveryAttempts, NextRetry: msTime(s.NextRetryUnixMs), PolicyVersion: s.PolicyVersion,
 		Workspace: s.Workspace, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
 		Transitions: []transitionView{}}

@@ -29,6 +29,9 @@ type Supervisor struct {
 	Workdir       string   `json:"workdir,omitempty"`
 	// Workspace is the host directory mounted at /sandbox.
 	Workspace string `json:"workspace"`
+	// LogDir holds this creation's logs: the supervisor writes the
+	// workload's output there (contract.WorkloadLog).
+	LogDir string `json:"logDir,omitempty"`
 	// AuditFile receives the boundary's decisions.
 	AuditFile string `json:"auditFile"`
 	// Boundary settings.

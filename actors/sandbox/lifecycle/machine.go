@@ -198,6 +198,9 @@ func (m *Machine) Snapshot() Snapshot {
 	return s
 }
 
+// Accepts reports whether phase p accepts verb v (DESIGN.md's table).
+func Accepts(p Phase, v Verb) bool { return accepts(p, v) }
+
 // Check reports whether verb v works in the current phase, without
 // changing anything: nil or a *RefusedError.
 func (m *Machine) Check(v Verb) error {

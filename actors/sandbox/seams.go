@@ -1,0 +1,74 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// The sandbox actor's seams (its tests replace each one; see
+// actors/sandbox/sandboxtest):
+//
+//   - Store: the records, with a revision per record (every write is
+//     conditional on the revision the actor read). *store.Store (bbolt)
+//     is the embedded default; a cluster's etcd store fits the same shape.
+//   - driver.Driver: the node's supervisor processes and files
+//     (driver/process by default).
+//   - Clock: the time of the lifecycle machine and of its timers.
+
+// Store is where the sandbox actors keep their records.
+type Store interface {
+	// Get returns a record, or an error wrapping store.ErrNotFound.
+	Get(ctx context.Context, name string) (store.Record, error)
+	// List returns every record (and an error naming unreadable ones).
+	List(ctx context.Context) ([]store.Record, error)
+	// Put writes rec if the stored revision is rec.Revision (0: none
+	// yet) and returns the new revision; store.ErrConflict otherwise.
+	Put(ctx context.Context, rec store.Record) (uint64, error)
+	// Delete removes a record if its revision is rev.
+	Delete(ctx context.Context, name string, rev uint64) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Clock is the time seam: the lifecycle machine reads Now, and the actor
+// arms its timers with AfterFunc (f runs on another goroutine and only
+// sends the actor a message).
+type Clock interface {
+	lifecycle.Clock
+	// AfterFunc calls f after d; stop cancels it (false: too late).
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now implements Clock.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock.
+func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// Deadlines of the actor's calls through its seams: nothing in Receive
+// blocks longer.
+const (
+	// storeTimeout bounds one store read or write.
+	storeTimeout = 5 * time.Second
+	// startTimeout bounds starting (or adopting) a supervisor process.
+	startTimeout = 10 * time.Second
+	// stopGrace is how long a graceful stop waits before the kill.
+	stopGrace = 10 * time.Second
+	// killWait bounds waiting for a killed supervisor to be gone (off
+	// the actor).
+	killWait = 5 * time.Second
+	// removeTimeout bounds removing a deleted sandbox's files (off the
+	// actor).
+	removeTimeout = 2 * time.Minute
+)
+
+// bounded is a context with a deadline for a call through a seam.
+func bounded(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

@@ -1,0 +1,188 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/sandbox/spec"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// Marker is in every supervisor's command line (Adopt checks it: a pid
+// reused by another program is not adopted).
+const Marker = "supervisor"
+
+// Config is what the process driver hands every supervisor besides the
+// sandbox's own spec.
+type Config struct {
+	// StateDir is the gateway's state dir (contract.StateDir layout).
+	StateDir string
+	// Binary is the stockade binary started as `stockade supervisor`.
+	Binary string
+	// Gateway is the API address supervisors dial back to.
+	Gateway string
+	// Credentials issues a supervisor's certificate for sandbox name (at
+	// every start), handed over in the 0600 spec.
+	Credentials func(name string) (spec.Credentials, error)
+	// Chaos: supervisors accept FaultRequests.
+	Chaos bool
+	// Boundary settings.
+	Hosts         string
+	DNSUpstream   string
+	AllowLoopback bool
+	MaxConns      int
+	// Defaults fill a record's unset limits (records of earlier versions).
+	Defaults store.Limits
+	// Unconfined: no seccomp filter, no cgroup (benchmarks only).
+	Unconfined bool
+	// Faults is the fault seam (point fault.SupervisorStart); nil: none.
+	Faults fault.Injector
+}
+
+// Driver starts supervisors as local processes (driver.Driver).
+type Driver struct{ cfg Config }
+
+// New returns the process driver.
+func New(cfg Config) *Driver { return &Driver{cfg: cfg} }
+
+var _ driver.Driver = (*Driver)(nil)
+
+func (d *Driver) layout() contract.StateDir { return contract.StateDir(d.cfg.StateDir) }
+
+// Workspace implements driver.Driver.
+func (d *Driver) Workspace(name string) string { return d.layout().Workspace(name) }
+
+// Start implements driver.Driver: it writes the spec (0600) and starts
+// `stockade supervisor --spec FILE` detached, its output appended to the
+// creation's supervisor.log.
+func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error) {
+	name, l0 := l.Spec.Name, d.layout()
+	ws, logs := l0.Workspace(name), l0.Logs(name, l.Spec.UID)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	if err := os.MkdirAll(logs, 0o700); err != nil {
+		return nil, fmt.Errorf("logs %s: %w", logs, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start supervisor: %w", err)
+	}
+	creds, err := d.cfg.Credentials(name)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor certificate: %w", err)
+	}
+	c := d.cfg
+	s := spec.Supervisor{
+		Name: name, Instance: l.Instance, Gateway: c.Gateway, Credentials: creds, Chaos: c.Chaos,
+		Policy: l.Spec.Policy, PolicyVersion: l.Spec.PolicyVersion, Argv: l.Spec.Argv, Workdir: l.Spec.Workdir,
+		Workspace: ws, LogDir: logs, AuditFile: filepath.Join(logs, contract.AuditLog),
+		Hosts: c.Hosts, DNSUpstream: c.DNSUpstream, AllowLoopback: c.AllowLoopback, MaxConns: c.MaxConns,
+		Limits: specLimits(l.Spec.Limits.Or(c.Defaults)), Unconfined: c.Unconfined,
+	}
+	if err := spec.Write(l0.SpecFile(name), s); err != nil {
+		return nil, err
+	}
+	if c.Faults != nil {
+		if err := c.Faults.Inject(fault.SupervisorStart); err != nil {
+			return nil, fmt.Errorf("start supervisor: %w", err)
+		}
+	}
+	logFile := filepath.Join(logs, contract.SupervisorLog)
+	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", l0.SpecFile(name)}, LogFile: logFile, Dir: l0.Sandbox(name)})
+	if err != nil {
+		return nil, err
+	}
+	return &proc{Handle: h, log: logFile}, nil
+}
+
+// Adopt implements driver.Driver.
+func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, error) {
+	h, err := Adopt(pid, Marker)
+	if errors.Is(err, ErrGone) {
+		return nil, fmt.Errorf("sandbox %s: supervisor %d: %w", name, pid, driver.ErrGone)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Its log is that of the creation it serves: the newest log dir.
+	log := ""
+	if dirs, _ := filepath.Glob(d.layout().Logs(name, "*")); len(dirs) > 0 {
+		log = filepath.Join(dirs[len(dirs)-1], contract.SupervisorLog)
+	}
+	return &proc{Handle: h, log: log}, nil
+}
+
+// Remove implements driver.Driver.
+func (d *Driver) Remove(_ context.Context, name, uid string, keepWorkspace bool) error {
+	gone := d.layout().Sandbox(name)
+	switch {
+	case keepWorkspace && uid == "":
+		return nil // a record of an earlier version: its logs lie beside the workspace
+	case keepWorkspace:
+		gone = d.layout().Logs(name, uid)
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		return fmt.Errorf("sandbox %s: remove %s: %w", name, gone, err)
+	}
+	return nil
+}
+
+// proc is a supervisor process (driver.Proc); its Err ends with the last
+// line of its log, which names why it ended.
+type proc struct {
+	*Handle
+	log string
+}
+
+func (p *proc) Pid() int { return p.Handle.Pid }
+
+func (p *proc) Err() error {
+	err := p.Handle.Err()
+	if err == nil {
+		return nil
+	}
+	if last := lastLine(p.log); last != "" {
+		return fmt.Errorf("%w: %s", err, last)
+	}
+	return err
+}
+
+// specLimits hands effective limits to the supervisor (-1: unlimited).
+func specLimits(l store.Limits) spec.Limits {
+	return spec.Limits{Pids: max(l.Pids, 0), MemoryBytes: max(l.MemoryBytes, 0), CPUs: max(l.CPUs, 0), IOBps: max(l.IOBps, 0)}
+}
+
+// lastLine returns the last non-empty line of a log file (at most 400
+// bytes of it).
+func lastLine(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-4096, 0)
+	buf := make([]byte, st.Size()-off)
+	if n, _ := f.ReadAt(buf, off); n == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if len(last) > 400 {
+		last = last[:400]
+	}
+	return last
+}
