@@ -240,6 +240,19 @@ done`, w.webPort)
 	}
 	f.waitLine(t, "out: said "+token, 15*time.Second)
 
+	// A follower that dies without a word (SIGKILL): the gateway ends its
+	// stream when the connection to it ends (else after 30 s without an
+	// acknowledgement), not never.
+	killed := eve.follow("talk", "-f")
+	killed.waitLine(t, "out: second-out", 15*time.Second)
+	if err := killed.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 40*time.Second, func() bool {
+		return strings.Contains(w.gwLog.String(), `"why":"the connection to the client ended"`) ||
+			strings.Contains(w.gwLog.String(), `"why":"no acknowledgement for`)
+	}, "the gateway to end the stream of a killed client")
+
 	// Deleting the sandbox ends the follow (exit 0, saying so).
 	if out, errOut, code := w.cli("delete", "talk"); code != 0 {
 		t.Fatalf("delete: exit %d\n%s%s", code, out, errOut)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,10 +18,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
-	"github.com/stockade-dev/stockade/audit"
-	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 	"github.com/stockade-dev/stockade/boundary/identity"
-	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
@@ -241,48 +237,24 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine,
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}
-	var up dnsproxy.Upstream
-	var res proxy.Resolver = net.DefaultResolver
-	switch {
-	case sp.Hosts != "":
-		h, err := dnsproxy.LoadHosts(sp.Hosts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("supervisor: %w", err)
-		}
-		up, res = h, proxy.UpstreamResolver{Up: h}
-	case sp.DNSUpstream != "":
-		fw, err := dnsproxy.NewForwarder([]string{sp.DNSUpstream})
-		if err != nil {
-			return nil, nil, fmt.Errorf("supervisor: %w", err)
-		}
-		up, res = fw, proxy.UpstreamResolver{Up: fw}
-	default:
-		fw, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
-		if err != nil {
-			return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
-		}
-		up = fw
-	}
-	af, err := audit.OpenFile(sp.AuditFile, audit.WithErrorLog(log))
+	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("supervisor: %w", err)
+		_ = id.Close()
+		return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
 	}
-	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
-	b, err := boundary.Start(sys, boundary.Config{
+	b, stop, err := boundary.Serve(boundary.Config{
 		Proxy: px, DNSPacket: udp, DNSStream: tcp,
 		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
-		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Audit: audit.Multi{audit.LogSink{Log: log}, af}, Injector: faults,
+		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Injector: faults,
 		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
-	})
+	}, sp.AuditFile)
 	if err != nil {
-		_ = af.Close()
-		return nil, nil, fmt.Errorf("supervisor: boundary: %w", err)
+		_ = id.Close()
+		return nil, nil, fmt.Errorf("supervisor: %w", err)
 	}
 	return b, func() {
-		_ = b.Stop()
-		sys.Shutdown()
+		stop()
 		_ = id.Close()
-		_ = af.Close()
 	}, nil
 }
 

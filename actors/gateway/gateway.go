@@ -23,6 +23,7 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver/process"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/sandbox/spec"
@@ -186,41 +187,17 @@ func Run(ctx context.Context, cfg Config) error {
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
-	rootStrategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
-		supervise.WithLogger(cfg.Log), supervise.WithCounters(counters),
-		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {
-			select {
-			case gaveUp <- fmt.Sprintf("%s failed 10 times in 10 s (last: %v)", child.GetId(), reason):
-			default:
-			}
-		}))
 	// The API actor (clients) and the hello actor (supervisors) are the
 	// root's children like the rest, so the root's strategy logs, counts
 	// and gives up on them too; their ids are well known to remote peers.
 	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
-	apiProps := actor.PropsFromProducer(func() actor.Actor {
-		return &apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes}
-	}, actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
-	helloProps := actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
-		actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))
-	rootProps := actor.PropsFromProducer(func() actor.Actor {
-		return actor.ReceiveFunc(func(c actor.Context) {
-			switch c.Message().(type) {
-			case *actor.Started:
-				for _, k := range []struct {
-					name  string
-					props *actor.Props
-				}{{"relay-listener", relay.ListenerProps(relayLn, cfg.Log)}, {"sandboxes", sandbox.Props(env)},
-					{path.Base(transport.APIActor), apiProps}, {path.Base(transport.HelloActor), helloProps}} {
-					if _, err := c.SpawnNamed(k.props, k.name); err != nil {
-						panic(fmt.Errorf("spawn %s: %w", k.name, err))
-					}
-				}
-			case *rootReady:
-				c.Respond(&rootReady{}) // after Started: the children exist
-			}
-		})
-	}, actor.WithSupervisor(rootStrategy))
+	rootProps := treeProps(cfg.Log, counters, gaveUp, []child{
+		{"relay-listener", relay.ListenerProps(relayLn, cfg.Log)},
+		{"sandboxes", sandbox.Props(env)},
+		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes})},
+		{path.Base(transport.HelloActor), actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
+			actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))},
+	})
 	root, err := sys.Root.SpawnNamed(rootProps, "gateway")
 	if err != nil {
 		return fmt.Errorf("gateway: spawn root: %w", err)
@@ -249,6 +226,53 @@ func Run(ctx context.Context, cfg Config) error {
 // rootReady asks the root whether it has spawned its children.
 type rootReady struct{}
 
+// child is one child of the gateway's root actor.
+type child struct {
+	name  string
+	props *actor.Props
+}
+
+// giveUpAfter failures of one child within giveUpWindow stop the gateway.
+const (
+	giveUpAfter  = 10
+	giveUpWindow = 10 * time.Second
+)
+
+// treeProps are the props of the gateway's root ("gateway"): it spawns
+// kids and supervises them one for one, restarting a failed child; a child
+// failing giveUpAfter times within giveUpWindow is reported on gaveUp
+// (and Run stops the gateway). Every directive is logged and counted.
+func treeProps(log zerolog.Logger, counters *supervise.Counters, gaveUp chan<- string, kids []child) *actor.Props {
+	strategy := supervise.OneForOne(giveUpAfter, giveUpWindow, supervise.RestartOnFailure,
+		supervise.WithLogger(log), supervise.WithCounters(counters),
+		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {
+			select {
+			case gaveUp <- fmt.Sprintf("%s failed %d times in %s (last: %v)", child.GetId(), giveUpAfter, giveUpWindow, reason):
+			default:
+			}
+		}))
+	return actor.PropsFromProducer(func() actor.Actor {
+		return actor.ReceiveFunc(func(c actor.Context) {
+			switch c.Message().(type) {
+			case *actor.Started:
+				for _, k := range kids {
+					if _, err := c.SpawnNamed(k.props, k.name); err != nil {
+						panic(fmt.Errorf("spawn %s: %w", k.name, err))
+					}
+				}
+			case *rootReady:
+				c.Respond(&rootReady{}) // after Started: the children exist
+			}
+		})
+	}, actor.WithSupervisor(strategy))
+}
+
+// apiProps are the props of the API actor a (a restart keeps its fields).
+func apiProps(a *apiActor) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { c := *a; return &c },
+		actor.WithReceiverMiddleware(supervise.PanicStack(a.log)))
+}
+
 // apiActor serves clients: it checks that the caller is a client (the
 // transport already did), answers certificate requests and gateway faults
 // itself, and forwards the rest to sandboxes; replies go straight back to
@@ -265,6 +289,14 @@ func (a *apiActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.CreateRequest, *messages.SandboxRequest, *messages.ListRequest, *messages.RelayRequest, *messages.PolicyRequest,
 		*messages.LogsRequest, *messages.LogsAck:
+		if a.faults != nil {
+			// The fault seam of the API itself (tests, chaos): a panic
+			// here is the API actor failing.
+			if err := a.faults.Inject(fault.APIRequest); err != nil {
+				ctx.Respond(errdefs.Reply(errdefs.Unavailable("gateway: %w", err)))
+				return
+			}
+		}
 	case *messages.FaultRequest:
 		if !a.callerIs(ctx, trust.RoleClient) {
 			return

@@ -106,7 +106,8 @@ func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest) {
 		o.Since = time.UnixMilli(m.SinceUnixMs)
 	}
 	log := a.env.Log.With().Str("sandbox", a.name).Str("logs_stream", id).Logger()
-	s := &logStream{name: a.name, id: id, dir: a.env.LogDir(a.name, a.rec.Spec.UID), opts: o, to: to, owner: owner, ownerRemote: remote, log: log}
+	s := &logStream{name: a.name, id: id, dir: a.env.LogDir(a.name, a.rec.Spec.UID), opts: o, to: to, owner: owner, ownerRemote: remote, log: log,
+		ackTimeout: logsAckTimeout}
 	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log))
 	props := actor.PropsFromProducer(func() actor.Actor { return s },
 		actor.WithSupervisor(leaf), actor.WithReceiverMiddleware(supervise.PanicStack(a.env.Log)))
@@ -127,10 +128,12 @@ type logStream struct {
 	owner       trust.Identity
 	ownerRemote bool
 	log         zerolog.Logger
+	ackTimeout  time.Duration // logsAckTimeout
 
 	seq, acked uint64
 	lastAck    time.Time
 	ended      bool          // the last batch was sent (or the client closed)
+	why        string        // why the stream ends early (logs)
 	credit     chan struct{} // one per batch the reader may still read
 	done       chan struct{} // closed when the stream stops: the reader ends
 	sub        *eventstream.Subscription
@@ -186,7 +189,7 @@ func (s *logStream) Receive(ctx actor.Context) {
 		}
 		if m.Close {
 			s.ended = true // the client is gone or done: nothing more to send
-			ctx.Stop(ctx.Self())
+			s.stop(ctx, "the client closed it")
 			return
 		}
 		if m.Seq > s.seq {
@@ -200,14 +203,14 @@ func (s *logStream) Receive(ctx actor.Context) {
 			}
 		}
 	case *logsCheck:
-		if silent := time.Since(s.lastAck); silent > logsAckTimeout {
-			s.log.Info().Dur("silent_for", silent).Msg("logs stream ended: its client stopped acknowledging")
+		if silent := time.Since(s.lastAck); silent > s.ackTimeout {
+			s.why = fmt.Sprintf("no acknowledgement for %s", silent.Round(time.Second))
 			s.send(ctx, &messages.LogsBatch{Stream: s.id, End: true, Status: messages.Status_STATUS_UNAVAILABLE,
-				Message: fmt.Sprintf("sandbox %s: the gateway ended this logs stream: no acknowledgement for %s", s.name, logsAckTimeout)})
+				Message: fmt.Sprintf("sandbox %s: the gateway ended this logs stream: no acknowledgement for %s", s.name, s.ackTimeout)})
 		}
 	case *logsClientGone:
 		s.ended = true
-		ctx.Stop(ctx.Self())
+		s.stop(ctx, "the connection to the client ended")
 	case *actor.Stopping:
 		close(s.done)
 		if s.cancel != nil {
@@ -226,6 +229,7 @@ func (s *logStream) Receive(ctx actor.Context) {
 		if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
 			b.Status, b.Message = messages.Status_STATUS_OK, fmt.Sprintf("sandbox %s was deleted", s.name)
 		}
+		s.log.Info().Str("why", b.Message).Uint64("batches", s.seq).Msg("logs stream ended")
 		ctx.Send(s.to, b)
 	}
 }
@@ -237,8 +241,21 @@ func (s *logStream) send(ctx actor.Context, b *messages.LogsBatch) {
 	ctx.Send(s.to, b)
 	if b.End {
 		s.ended = true
-		ctx.Stop(ctx.Self())
+		why := s.why
+		if why == "" {
+			why = "sent"
+			if b.Status != messages.Status_STATUS_OK {
+				why = b.Message
+			}
+		}
+		s.stop(ctx, why)
 	}
+}
+
+// stop stops the stream, saying why.
+func (s *logStream) stop(ctx actor.Context, why string) {
+	s.log.Info().Str("why", why).Uint64("batches", s.seq).Msg("logs stream ended")
+	ctx.Stop(ctx.Self())
 }
 
 // readLogs reads dir per o off the actor: one batch per credit, polling

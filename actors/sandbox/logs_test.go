@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/logs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -251,4 +252,36 @@ func TestLogsRefusals(t *testing.T) {
 	})
 	w.writeWorkload("box", 0, 1)
 	c.none("a closed stream")
+}
+
+// TestLogsStreamEndsWithoutAcknowledgements: a client that asked and then
+// went silent (no acknowledgement, no close) does not hold a stream
+// forever: it ends after the timeout (30 s in service), with a last batch
+// that says why, and its reader stops.
+func TestLogsStreamEndsWithoutAcknowledgements(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	c := w.logsClient("05")
+	s := &logStream{name: "box", id: "1", dir: dir, opts: logs.Options{Follow: true}, to: c.pid,
+		log: w.env.Log, ackTimeout: 1500 * time.Millisecond}
+	pid, err := w.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), "box-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var b *messages.LogsBatch
+	select {
+	case b = <-c.batches:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no end within 10 s")
+	}
+	if !b.End || b.Status != messages.Status_STATUS_UNAVAILABLE || !strings.Contains(b.Message, "no acknowledgement") || time.Since(start) < s.ackTimeout {
+		t.Fatalf("after %s: %+v", time.Since(start), b)
+	}
+	w.waitFor("the silent stream's actor to stop", func() bool { _, ok := w.sys.ProcessRegistry.Get(pid); return !ok })
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("the reader was not told to stop")
+	}
 }

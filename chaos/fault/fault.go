@@ -42,6 +42,9 @@ const (
 	// StoreWrite is asked before every gateway store write (error: the
 	// write fails, nothing is written).
 	StoreWrite Point = "store.write"
+	// APIRequest is each client request the gateway's API actor takes
+	// (a panic there is the API actor failing).
+	APIRequest Point = "api.request"
 	// StoreCommitted is asked right after a store write committed; kill
 	// there is "the gateway died between its write and anything after".
 	StoreCommitted Point = "store.committed"

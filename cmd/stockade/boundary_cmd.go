@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -22,10 +21,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
-	"github.com/stockade-dev/stockade/audit"
-	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 	"github.com/stockade-dev/stockade/boundary/identity"
-	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/policy"
@@ -125,28 +121,9 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitUsage, err}
 	}
 
-	var up dnsproxy.Upstream
-	var res proxy.Resolver = net.DefaultResolver
-	switch {
-	case o.hostsFile != "":
-		h, err := dnsproxy.LoadHosts(o.hostsFile)
-		if err != nil {
-			return &exitError{exitUsage, err}
-		}
-		up, res = h, proxy.UpstreamResolver{Up: h}
-	case o.dnsUpstream != "":
-		fw, err := dnsproxy.NewForwarder([]string{o.dnsUpstream})
-		if err != nil {
-			return &exitError{exitUsage, err}
-		}
-		up = fw
-		res = proxy.UpstreamResolver{Up: up}
-	default:
-		sys, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
-		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("%w (or pass --dns-upstream or --hosts)", err)}
-		}
-		up = sys
+	up, res, err := boundary.Upstreams(o.hostsFile, o.dnsUpstream)
+	if err != nil {
+		return &exitError{exitUsage, fmt.Errorf("%w (or pass --dns-upstream or --hosts)", err)}
 	}
 
 	var resolver identity.Resolver
@@ -165,19 +142,9 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitUsage, fmt.Errorf("--identity %q: want netlink or none", o.identityMode)}
 	}
 
-	sinks := audit.Multi{audit.LogSink{Log: log}}
-	if o.auditFile != "" {
-		af, err := audit.OpenFile(o.auditFile, audit.WithErrorLog(log))
-		if err != nil {
-			return &exitError{exitFailure, err}
-		}
-		defer af.Close()
-		sinks = append(sinks, af)
-	}
-
 	cfg := boundary.Config{
 		Decider: boundary.PolicyDecider(engine), Identity: resolver, Resolver: res, DNSUpstream: up,
-		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Audit: sinks, Injector: inj, Log: log,
+		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Injector: inj, Log: log,
 		Counters: supervise.NewCounters(),
 	}
 	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)
@@ -197,11 +164,11 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		}
 	}
 
-	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
-	b, err := boundary.Start(sys, cfg)
+	b, stopBoundary, err := boundary.Serve(cfg, o.auditFile)
 	if err != nil {
 		return &exitError{exitFailure, err}
 	}
+	defer stopBoundary()
 	// Signals are handled from before "ready": whoever saw the ready file
 	// may send SIGHUP or SIGTERM at once.
 	sig := make(chan os.Signal, 4)
@@ -211,8 +178,6 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	if o.metricsAddr != "" {
 		bound, stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
 		if err != nil {
-			_ = b.Stop()
-			sys.Shutdown()
 			return &exitError{exitFailure, err}
 		}
 		defer stop()
@@ -230,8 +195,6 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	ev.Msg("boundary ready")
 	if o.readyFile != "" {
 		if err := writeReadyFile(o.readyFile, ready); err != nil {
-			_ = b.Stop()
-			sys.Shutdown()
 			return &exitError{exitFailure, err}
 		}
 		defer func() { _ = os.Remove(o.readyFile) }()
@@ -246,14 +209,8 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 				continue
 			}
 			log.Info().Str("signal", s.String()).Str("directives", b.Counters().String()).Msg("boundary stopping")
-			if err := b.Stop(); err != nil {
-				log.Warn().Err(err).Msg("boundary stop")
-			}
-			sys.Shutdown()
 			return nil
 		case why := <-gaveUp:
-			_ = b.Stop()
-			sys.Shutdown()
 			return &exitError{exitFailure, fmt.Errorf("boundary gave up: %s", why)}
 		}
 	}

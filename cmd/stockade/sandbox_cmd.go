@@ -34,7 +34,7 @@ type clientOpts struct {
 func (co *clientOpts) addClientFlags(f *pflag.FlagSet) {
 	f.StringVar(&co.gateway, "gateway", os.Getenv("STOCKADE_GATEWAY"), "gateway address(es), comma-separated (or STOCKADE_GATEWAY; default: the config's, else "+client.DefaultGateway+")")
 	f.StringVar(&co.config, "config", "", "client configuration file (or STOCKADE_CONFIG; default ~/.config/stockade/config, then the state dir's client.config)")
-	f.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the local gateway's state dir (its client.config; logs)")
+	f.StringVar(&co.stateDir, "state-dir", client.DefaultStateDir(), "the local gateway's state dir (its client.config)")
 }
 
 func newSandboxCmd() *cobra.Command {

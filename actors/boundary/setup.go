@@ -1,0 +1,75 @@
+package boundary
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/audit"
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/boundary/proxy"
+	"github.com/stockade-dev/stockade/internal/logx"
+)
+
+// The one setup of a boundary, used by `boundary serve` and by every
+// supervisor: they differ only in their listeners and identity resolver.
+
+// Upstreams picks where allowed DNS names are answered and how CONNECT
+// targets resolve: a static hosts file, a DNS server to forward to, or
+// the system's resolv.conf (in that order of preference).
+func Upstreams(hostsFile, dnsUpstream string) (dnsproxy.Upstream, proxy.Resolver, error) {
+	switch {
+	case hostsFile != "":
+		h, err := dnsproxy.LoadHosts(hostsFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("boundary: %w", err)
+		}
+		return h, proxy.UpstreamResolver{Up: h}, nil
+	case dnsUpstream != "":
+		fw, err := dnsproxy.NewForwarder([]string{dnsUpstream})
+		if err != nil {
+			return nil, nil, fmt.Errorf("boundary: %w", err)
+		}
+		return fw, proxy.UpstreamResolver{Up: fw}, nil
+	default:
+		sys, err := dnsproxy.SystemUpstream("/etc/resolv.conf")
+		if err != nil {
+			return nil, nil, fmt.Errorf("boundary: %w (pass a DNS upstream or a hosts file)", err)
+		}
+		return sys, net.DefaultResolver, nil
+	}
+}
+
+// Serve starts a boundary for cfg in its own actor system. Its decisions
+// go to cfg.Log and, when auditFile is set, to that file too (cfg.Audit is
+// set here). The returned function stops the boundary and closes the file.
+func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
+	sinks := audit.Multi{audit.LogSink{Log: cfg.Log}}
+	var af *audit.File
+	if auditFile != "" {
+		var err error
+		if af, err = audit.OpenFile(auditFile, audit.WithErrorLog(cfg.Log)); err != nil {
+			return nil, nil, fmt.Errorf("boundary: %w", err)
+		}
+		sinks = append(sinks, af)
+	}
+	cfg.Audit = sinks
+	closeAudit := func() {
+		if af != nil {
+			_ = af.Close()
+		}
+	}
+	sys := actor.NewActorSystem(logx.ActorSystemOption(cfg.Log))
+	b, err := Start(sys, cfg)
+	if err != nil {
+		sys.Shutdown()
+		closeAudit()
+		return nil, nil, fmt.Errorf("boundary: %w", err)
+	}
+	return b, func() {
+		_ = b.Stop()
+		sys.Shutdown()
+		closeAudit()
+	}, nil
+}

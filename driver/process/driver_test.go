@@ -1,0 +1,86 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/sandbox/spec"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// TestDriverStartAdoptRemove: Start writes the spec (0600) and the
+// creation's log dir and starts the binary as `supervisor --spec FILE`;
+// Adopt finds it by pid (and refuses a pid without the marker); Err ends
+// with the log's last line; Remove keeps the workspace only when asked.
+func TestDriverStartAdoptRemove(t *testing.T) {
+	state := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "fake-stockade")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho \"fake supervisor $*\"\nsleep 30\necho never\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1",
+		Credentials: func(name string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }})
+	l := contract.StateDir(state)
+	ctx := context.Background()
+	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(l.SpecFile("s"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("spec file: %v %v, want mode 0600", st, err)
+	}
+	if sp, err := spec.Read(l.SpecFile("s")); err != nil || sp.Instance != "i1" || sp.LogDir != l.Logs("s", "u1") || sp.Workspace != d.Workspace("s") {
+		t.Fatalf("spec: %+v %v", sp, err)
+	}
+	log := filepath.Join(l.Logs("s", "u1"), contract.SupervisorLog)
+	deadline := time.Now().Add(5 * time.Second)
+	for b, _ := os.ReadFile(log); !strings.Contains(string(b), "fake supervisor supervisor --spec "+l.SpecFile("s")); b, _ = os.ReadFile(log) {
+		if time.Now().After(deadline) {
+			t.Fatalf("supervisor log: %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a, err := d.Adopt(ctx, "s", p.Pid())
+	if err != nil || a.Pid() != p.Pid() {
+		t.Fatalf("adopt %d: %v", p.Pid(), err)
+	}
+	if _, err := d.Adopt(ctx, "s", os.Getpid()); !errors.Is(err, driver.ErrGone) {
+		t.Fatalf("adopting a pid without the marker: %v", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := p.Stop(sctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-a.Done()
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "fake supervisor supervisor") {
+		t.Fatalf("exit error %v, want the log's last line in it", err)
+	}
+
+	if err := os.WriteFile(filepath.Join(d.Workspace("s"), "kept"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(ctx, "s", "u1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Workspace("s"), "kept")); err != nil {
+		t.Fatalf("keep-workspace removed the workspace: %v", err)
+	}
+	if _, err := os.Stat(l.Logs("s", "u1")); !os.IsNotExist(err) {
+		t.Fatalf("the creation's logs outlived its delete: %v", err)
+	}
+	if err := d.Remove(ctx, "s", "u1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.Sandbox("s")); !os.IsNotExist(err) {
+		t.Fatalf("delete left %s: %v", l.Sandbox("s"), err)
+	}
+}
