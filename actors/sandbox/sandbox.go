@@ -559,9 +559,6 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	return st
 }
 
-// logDir holds this creation's logs.
-func (a *sandboxActor) logDir() string { return a.env.LogDir(a.name, a.rec.Spec.UID) }
-
 // reasonText is "" for no reason (the JSON of `sandbox get`).
 func reasonText(r lifecycle.Reason) string {
 	if r == lifecycle.ReasonNone {

@@ -26,7 +26,9 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := New(Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1",
-		Credentials: func(name string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }})
+		Credentials: func(name string) (spec.Credentials, error) {
+			return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil
+		}})
 	l := contract.StateDir(state)
 	ctx := context.Background()
 	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
