@@ -34,3 +34,7 @@ const (
 
 // DefaultGateway is the gateway's API address on the embedded default.
 const DefaultGateway = "127.0.0.1:7420"
+
+// ClientStreamPrefix starts the id of a client's stream actors (a `sandbox
+// logs` stream): the prefix and 1 to 64 lower-case hex digits.
+const ClientStreamPrefix = "logs-stream/"

@@ -15,10 +15,10 @@ go build -o "$RUN/upstream" ./examples/upstream
 "$RUN/upstream" -listen "$UPSTREAM" & pids+=($!)
 "$BIN" boundary serve --policy examples/policy.yaml --hosts examples/hosts \
   --proxy "$PROXY" --dns "127.0.0.1:$DNS_PORT" --audit "$RUN/audit.jsonl" \
-  --allow-loopback-upstream --log-format json 2>"$RUN/boundary.log" & pids+=($!)
+  --allow-loopback-upstream --log-format json --ready-file "$RUN/boundary.ready" 2>"$RUN/boundary.log" & pids+=($!)
 
 for _ in $(seq 1 100); do
-  grep -q "boundary ready" "$RUN/boundary.log" 2>/dev/null && break
+  [ -s "$RUN/boundary.ready" ] && break
   kill -0 "${pids[1]}" 2>/dev/null || { cat "$RUN/boundary.log"; exit 1; }
   sleep 0.1
 done

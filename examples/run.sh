@@ -28,9 +28,9 @@ trap cleanup EXIT INT TERM
 go build -o "$RUN/upstream" ./examples/upstream
 "$RUN/upstream" -listen "$UPSTREAM" & pids+=($!)
 "$BIN" gateway run --state-dir "$STATE" --listen "$API" --hosts examples/hosts \
-  --allow-loopback-upstream --log-format json 2>"$RUN/gateway.log" & pids+=($!)
+  --allow-loopback-upstream --log-format json --ready-file "$RUN/gateway.ready" 2>"$RUN/gateway.log" & pids+=($!)
 for _ in $(seq 1 100); do
-  grep -q "gateway ready" "$RUN/gateway.log" 2>/dev/null && break
+  [ -s "$RUN/gateway.ready" ] && break
   kill -0 "${pids[1]}" 2>/dev/null || { cat "$RUN/gateway.log"; exit 1; }
   sleep 0.1
 done

@@ -36,7 +36,7 @@ func GatewaySessionPrefix(name string) string { return contract.GatewaySessionPr
 // gateway sends the batches of a stream the client asked for (LogsBatch,
 // or a Reply refusing it). The id is the prefix and 1 to 64 lower-case
 // hex digits (client.Logs makes 32 at random).
-const ClientStreamPrefix = "logs-stream/"
+const ClientStreamPrefix = contract.ClientStreamPrefix
 
 // futurePrefix starts the id of every protoactor future (a request's reply
 // address): "future$" + a sequence number.
