@@ -235,10 +235,22 @@ func (e *Event) Line() string {
 // \xNN or \uNNNN escapes and a backslash becomes \\, so what a workload
 // controls (a binary path, a host name) can never start a line of its own
 // or pass for another field.
-func Escape(s string) string {
+func Escape(s string) string { return escape(s, true) }
+
+// Printable is Escape for a line shown as it is (a workload's output,
+// where there are no fields to forge): backslashes and tabs stay.
+func Printable(s string) string { return escape(s, false) }
+
+func escape(s string, field bool) string {
+	unsafe := func(r rune) bool {
+		if r == '\\' || r == '\t' {
+			return field
+		}
+		return r == utf8.RuneError || unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
+	}
 	clean := true
 	for _, r := range s {
-		if needsEscape(r) {
+		if unsafe(r) {
 			clean = false
 			break
 		}
@@ -252,11 +264,11 @@ func Escape(s string) string {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
+		case r == '\\' && field:
 			b.WriteString(`\\`)
-		case r < 0x80 && needsEscape(r):
+		case r < 0x80 && unsafe(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case needsEscape(r):
+		case unsafe(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+n])
@@ -264,8 +276,4 @@ func Escape(s string) string {
 		i += n
 	}
 	return b.String()
-}
-
-func needsEscape(r rune) bool {
-	return r == '\\' || r == utf8.RuneError || unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
 }

@@ -3,10 +3,9 @@ package logs
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/stockade-dev/stockade/audit"
 )
 
 // Time layouts of Format.
@@ -39,9 +38,9 @@ func Format(e Entry, now time.Time, full bool) string {
 		if st != StreamErr {
 			st = StreamOut
 		}
-		return stamp + " " + st + ": " + Printable(e.Text)
+		return stamp + " " + st + ": " + audit.Printable(e.Text)
 	}
-	return stamp + " " + Printable(e.Text)
+	return stamp + " " + audit.Printable(e.Text)
 }
 
 // jsonEntry is the JSON form of an entry (README.md, `sandbox logs -o json`).
@@ -67,39 +66,4 @@ func JSON(e Entry) ([]byte, error) {
 		return nil, fmt.Errorf("logs: encode entry: %w", err)
 	}
 	return b, nil
-}
-
-// Printable escapes what a terminal would act on: control characters but
-// tab, the Unicode line and paragraph separators and invalid UTF-8.
-func Printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if unsafeRune(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r < 0x80 && unsafeRune(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unsafeRune(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
-
-func unsafeRune(r rune) bool {
-	return r != '\t' && (unicode.IsControl(r) || r == utf8.RuneError || r == '\u2028' || r == '\u2029')
 }

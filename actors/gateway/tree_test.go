@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,32 +10,16 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestAPISupervised: the API actor is the root's child like its siblings.
 // A panic in it is logged with its stack, counted, and the actor restarted
 // (the next request is served); ten failures within ten seconds make the
 // gateway give up.
 func TestAPISupervised(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &testenv.Buffer{}
 	log := zerolog.New(logs)
 	counters := supervise.NewCounters()
 	faults := fault.NewSet()

@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
 )
@@ -32,26 +31,9 @@ type world struct {
 	drv    *sandboxtest.Driver
 	clock  *sandboxtest.Clock
 	boxes  *actor.PID
-	log    *syncBuf
+	log    *testenv.Buffer
 	// policies counts SetPolicy pushes the fake supervisor session got.
 	policies chan *messages.SetPolicy
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newWorld(t *testing.T) *world {
@@ -63,7 +45,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, st: st, faults: faults, drv: sandboxtest.NewDriver(dir + "/sandboxes"),
-		clock: sandboxtest.NewClock(time.Now()), log: &syncBuf{}, policies: make(chan *messages.SetPolicy, 16)}
+		clock: sandboxtest.NewClock(time.Now()), log: &testenv.Buffer{}, policies: make(chan *messages.SetPolicy, 16)}
 	w.sys = actor.NewActorSystem()
 	w.env = &Env{Store: st, Driver: w.drv, Clock: w.clock, StateDir: dir,
 		Lifecycle: lifecycle.Config{Grace: 20 * time.Second, StartTimeout: 30 * time.Second, StableAfter: 30 * time.Second},
