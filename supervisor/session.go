@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/transport"
@@ -107,12 +108,12 @@ func (s *session) Receive(ctx actor.Context) {
 			return
 		}
 		if !s.chaos {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: "faults are off: the gateway runs without --chaos"})
+			ctx.Respond(errdefs.Reply(errdefs.Invalid("faults are off: the gateway runs without --chaos")))
 			return
 		}
 		fired, err := s.faults.Apply(m.Rule)
 		if err != nil {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()})
+			ctx.Respond(errdefs.Reply(errdefs.Invalid("%w", err)))
 			return
 		}
 		s.log.Warn().Str("rule", m.Rule).Int("fired_before", fired).Msg("fault armed by request")
@@ -129,7 +130,9 @@ func (s *session) Receive(ctx actor.Context) {
 		case err != nil:
 			s.log.Error().Err(err).Uint64("version", m.Version).Msg("policy from the gateway refused; the current version stays")
 			if ctx.Sender() != nil {
-				ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error(), PolicyVersion: s.policy.Version()})
+				r := errdefs.Reply(errdefs.Invalid("%w", err))
+				r.PolicyVersion = s.policy.Version()
+				ctx.Respond(r)
 			}
 			return
 		}
@@ -266,7 +269,7 @@ func (s *session) forMe(ctx actor.Context, sandbox, instance string) bool {
 	}
 	s.log.Warn().Str("for", sandbox+"/"+instance).Msg("command for another sandbox or instance refused")
 	if ctx.Sender() != nil {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("this is the supervisor of %s/%s, not %s/%s", s.hello.Sandbox, s.hello.Instance, sandbox, instance)})
+		ctx.Respond(errdefs.Reply(errdefs.Invalid("this is the supervisor of %s/%s, not %s/%s", s.hello.Sandbox, s.hello.Instance, sandbox, instance)))
 	}
 	return false
 }

@@ -302,8 +302,7 @@ func (a *apiActor) Receive(ctx actor.Context) {
 			return
 		}
 		if !a.chaos {
-			ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_INVALID,
-				Message: "faults are off: this gateway runs without --chaos (faults are for tests and the chaos harness)"})
+			ctx.Respond(errdefs.Reply(errdefs.Invalid("faults are off: this gateway runs without --chaos (faults are for tests and the chaos harness)")))
 			return
 		}
 		if m.Name == "" {
@@ -337,11 +336,11 @@ func (a *apiActor) callerIs(ctx actor.Context, role trust.Role) bool {
 // armFault arms a rule in the gateway's own fault set.
 func (a *apiActor) armFault(rule string) *messages.Reply {
 	if a.faults == nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: "this gateway runs without a fault seam"}
+		return errdefs.Reply(errdefs.Invalid("this gateway runs without a fault seam"))
 	}
 	fired, err := a.faults.Apply(rule)
 	if err != nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: err.Error()}
+		return errdefs.Reply(errdefs.Invalid("%w", err))
 	}
 	a.log.Warn().Str("rule", rule).Int("fired_before", fired).Msg("gateway fault armed by request")
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway", Fired: int64(fired)}
@@ -350,15 +349,15 @@ func (a *apiActor) armFault(rule string) *messages.Reply {
 // issue certifies a client key.
 func (a *apiActor) issue(ctx actor.Context, m *messages.IssueRequest) *messages.Reply {
 	if err := sandbox.CheckName(m.Name); err != nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: strings.Replace(err.Error(), "sandbox name", "client name", 1)}
+		return errdefs.Reply(errdefs.Invalid("%s", strings.Replace(err.Error(), "sandbox name", "client name", 1)))
 	}
 	pub, err := x509.ParsePKIXPublicKey(m.PublicKey)
 	if err != nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INVALID, Message: fmt.Sprintf("client %s: public key: %v", m.Name, err)}
+		return errdefs.Reply(errdefs.Invalid("client %s: public key: %w", m.Name, err))
 	}
 	certPEM, cert, err := a.pki.issueClient(context.Background(), m.Name, pub, time.Duration(m.ValiditySeconds)*time.Second)
 	if err != nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("client %s: %v", m.Name, err)}
+		return errdefs.Reply(errdefs.Internal("client %s: %w", m.Name, err))
 	}
 	by, _ := transport.Peer(ctx)
 	a.log.Info().Str("client", m.Name).Str("serial", cert.SerialNumber.Text(16)).Time("not_after", cert.NotAfter).
@@ -371,10 +370,10 @@ func (a *apiActor) issue(ctx actor.Context, m *messages.IssueRequest) *messages.
 func (a *apiActor) revoke(ctx actor.Context, m *messages.RevokeRequest) *messages.Reply {
 	n, err := a.pki.revoke(context.Background(), m.Name)
 	if err != nil {
-		return &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("client %s: %v", m.Name, err)}
+		return errdefs.Reply(errdefs.Internal("client %s: %w", m.Name, err))
 	}
 	if n == 0 {
-		return &messages.Reply{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no unrevoked certificate was issued to a client named %q", m.Name)}
+		return errdefs.Reply(errdefs.NotFound("no unrevoked certificate was issued to a client named %q", m.Name))
 	}
 	by, _ := transport.Peer(ctx)
 	a.log.Warn().Str("client", m.Name).Int("certificates", n).Str("by", by.String()).Msg("client revoked")

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
 	"net"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
 	"github.com/stockade-dev/stockade/trust"
@@ -57,9 +57,9 @@ func (a *sandboxActor) relayReply(ctx actor.Context, to *actor.PID, msg proto.Me
 		case err == nil && ok:
 			ctx.Send(requester, r)
 		case err == nil:
-			ctx.Send(requester, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("sandbox %s: the supervisor answered %T", a.name, res)})
+			ctx.Send(requester, errdefs.Reply(errdefs.Internal("sandbox %s: the supervisor answered %T", a.name, res)))
 		default:
-			ctx.Send(requester, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, Message: fmt.Sprintf("sandbox %s: the supervisor did not answer: %v", a.name, err)})
+			ctx.Send(requester, errdefs.Reply(errdefs.Internal("sandbox %s: the supervisor did not answer: %w", a.name, err)))
 		}
 	})
 }

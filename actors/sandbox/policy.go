@@ -73,8 +73,9 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
 				Message: fmt.Sprintf("sandbox %s: policy version %d live (network rules now; filesystem and landlock at the next start)", a.name, v)})
 		case err == nil && ok:
-			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_INTERNAL, PolicyVersion: v,
-				Message: fmt.Sprintf("sandbox %s: policy version %d saved but the supervisor refused it: %s", a.name, v, r.Message)})
+			refused := errdefs.Reply(errdefs.Internal("sandbox %s: policy version %d saved but the supervisor refused it: %s", a.name, v, r.Message))
+			refused.PolicyVersion = v
+			ctx.Send(client, refused)
 		default:
 			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
 				Message: fmt.Sprintf("sandbox %s: policy version %d saved; the supervisor did not confirm (%v): it gets it when its session is back", a.name, v, err)})
