@@ -55,7 +55,13 @@ func childPut() int {
 		latestRev = r.Revision
 	}
 	for i := first; ; i++ {
-		if _, err := s.Put(context.Background(), testRecord(i)); err != nil {
+		rec := testRecord(i)
+		// A record written but not acked before the last SIGKILL exists:
+		// overwrite it at its revision.
+		if old, err := s.Get(context.Background(), rec.Spec.Name); err == nil {
+			rec.Revision = old.Revision
+		}
+		if _, err := s.Put(context.Background(), rec); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
