@@ -176,6 +176,9 @@ func TestSameNameSuccessor(t *testing.T) {
 			if r.Status != messages.Status_STATUS_REFUSED || !contains(r.Message, "already exists") {
 				break
 			}
+			if !contains(r.Message, "phase Deleting") {
+				t.Fatalf("round %d: create right after delete: %q, want the phase Deleting named", i, r.Message)
+			}
 			time.Sleep(time.Millisecond)
 		}
 		if r.Status != messages.Status_STATUS_OK {

@@ -285,7 +285,11 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 	}
 	rec.Revision = rev
 	a.m, a.rec = next, rec
-	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
+	// The parent's cache first: the client's next request (a create of
+	// this name after its delete) reaches the parent after this update.
+	st := a.status()
+	ctx.Send(ctx.Parent(), &statusUpdate{status: st})
+	ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: st})
 	a.carryOut(ctx, t)
 }
 
