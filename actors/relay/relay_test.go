@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"bufio"
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// pki is a CA and what it issues, for the relay's TLS.
+type pki struct {
+	t    *testing.T
+	ca   *trust.CA
+	ver  *trust.Verifier
+	node tls.Certificate
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	ca, _, err := trust.LoadOrCreateCA(t.TempDir() + "/pki")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := trust.Pool(ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pki{t: t, ca: ca, ver: &trust.Verifier{CAs: pool}}
+	p.node = p.cert(trust.Identity{Role: trust.RoleGateway, Name: "n1"})
+	return p
+}
+
+func (p *pki) cert(id trust.Identity) tls.Certificate {
+	p.t.Helper()
+	certPEM, keyPEM, _, err := p.ca.IssueKeyPair(id, time.Hour)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	kp, err := trust.KeyPair(certPEM, keyPEM)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return kp
+}
+
+// relayWorld is the relay-listener actor on a real TLS listener, and a
+// session stand-in that splices each Pair it gets in a relay/N actor.
+type relayWorld struct {
+	*pki
+	sys      *actor.ActorSystem
+	listener *actor.PID
+	session  *actor.PID
+	addr     string
+	log      *testenv.Buffer
+}
+
+func newRelayWorld(t *testing.T) *relayWorld {
+	t.Helper()
+	w := &relayWorld{pki: newPKI(t), sys: actor.NewActorSystem(), log: &testenv.Buffer{}}
+	log := zerolog.New(w.log)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.addr = tcp.Addr().String()
+	ln := tls.NewListener(tcp, trust.ServerConfig(w.node, w.ver))
+	n := 0
+	w.session = w.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if p, ok := c.Message().(*Pair); ok {
+			n++
+			if _, err := c.SpawnNamed(ActorProps(p, log), ChildName(n)); err != nil {
+				t.Errorf("spawn relay: %v", err)
+			}
+		}
+	}))
+	w.listener = w.sys.Root.Spawn(ListenerProps(ln, log))
+	t.Cleanup(func() {
+		_ = w.sys.Root.StopFuture(w.listener).Wait()
+		_ = tcp.Close()
+		w.sys.Shutdown()
+		if t.Failed() {
+			t.Logf("log:\n%s", w.log)
+		}
+	})
+	return w
+}
+
+// dial opens a TLS connection as id and sends the preamble with token.
+func (w *relayWorld) dial(id trust.Identity, token string) net.Conn {
+	w.t.Helper()
+	c, err := tls.Dial("tcp", w.addr, trust.ClientConfig(w.cert(id), w.ver))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = c.Close() })
+	if err := Open(c, token); err != nil {
+		w.t.Fatal(err)
+	}
+	return c
+}
+
+// expect registers a relay for sandbox and returns its two tokens.
+func (w *relayWorld) expect(sandbox string) (client, sup string) {
+	client, sup = NewToken(), NewToken()
+	w.sys.Root.Send(w.listener, &Expect{ClientToken: client, SupervisorToken: sup, Session: w.session, Sandbox: sandbox})
+	return client, sup
+}
+
+// closed reports whether c is closed by the other side within d.
+func closed(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.Read(make([]byte, 1))
+	return err == io.EOF || (err != nil && !isTimeout(err))
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestRelayPairsAndSplices: a client and the supervisor of the sandbox
+// with their tokens are paired and spliced both ways, including bytes
+// sent right behind the preamble.
+func TestRelayPairsAndSplices(t *testing.T) {
+	w := newRelayWorld(t)
+	ct, st := w.expect("box")
+	cl := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct)
+	if _, err := cl.Write([]byte("early bytes\n")); err != nil { // before the other side came
+		t.Fatal(err)
+	}
+	sup := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "box"}, st)
+	r := bufio.NewReader(sup)
+	_ = sup.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "early bytes\n" {
+		t.Fatalf("supervisor side read %q, %v", line, err)
+	}
+	if _, err := sup.Write([]byte("SSH-2.0-sandbox\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = cl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(cl).ReadString('\n'); err != nil || line != "SSH-2.0-sandbox\n" {
+		t.Fatalf("client side read %q, %v", line, err)
+	}
+	// One side closing ends the relay: the other is closed too.
+	_ = cl.Close()
+	if !closed(sup, 5*time.Second) {
+		t.Fatal("the supervisor side stayed open after the client left")
+	}
+}
+
+// TestRelayRefusesAttackers: a token is taken once, only from the
+// identity it was made for; a wrong preamble or an unknown token is
+// refused; and a refused attempt does not spend a legitimate token.
+func TestRelayRefusesAttackers(t *testing.T) {
+	w := newRelayWorld(t)
+	ct, st := w.expect("box")
+
+	// The supervisor's token from another sandbox's supervisor, and from a
+	// client: refused, and the token is spent (one-time), so the real
+	// supervisor cannot be impersonated after a leak either.
+	wrong := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "other"}, st)
+	if !closed(wrong, 5*time.Second) {
+		t.Fatal("a supervisor of another sandbox was admitted with box's token")
+	}
+	if !strings.Contains(w.log.String(), "token presented by the wrong identity") {
+		t.Fatalf("the refusal is not logged:\n%s", w.log)
+	}
+	// An unknown token and a bad preamble.
+	if c := w.dial(trust.Identity{Role: trust.RoleClient, Name: "mallory"}, NewToken()); !closed(c, 5*time.Second) {
+		t.Fatal("an unknown token was admitted")
+	}
+	raw, err := tls.Dial("tcp", w.addr, trust.ClientConfig(w.cert(trust.Identity{Role: trust.RoleClient, Name: "mallory"}), w.ver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(raw, 5*time.Second) {
+		t.Fatal("a bad preamble was admitted")
+	}
+	// No certificate at all: the TLS handshake fails.
+	if c, err := tls.Dial("tcp", w.addr, &tls.Config{RootCAs: w.ver.CAs, ServerName: "x", InsecureSkipVerify: true}); err == nil {
+		if _, werr := c.Write([]byte(Preamble + ct + "\n")); werr == nil && !closed(c, 5*time.Second) {
+			t.Fatal("a connection without a certificate was admitted")
+		}
+		_ = c.Close()
+	}
+	// The client's token still works for the client (any client name).
+	cl := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct)
+	if closed(cl, 300*time.Millisecond) {
+		t.Fatal("the legitimate client was refused after the attacks")
+	}
+}
+
+// TestRelayExpires: a relay whose second side never comes is dropped after
+// PairTimeout... shortened here by expiring it directly.
+func TestRelayExpires(t *testing.T) {
+	w := newRelayWorld(t)
+	ct, _ := w.expect("box")
+	cl := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct)
+	time.Sleep(100 * time.Millisecond) // the arrival is registered
+	w.sys.Root.Send(w.listener, &expired{token: ct})
+	if !closed(cl, 5*time.Second) {
+		t.Fatal("a half relay outlived its expiry")
+	}
+	// Its tokens are gone: a late supervisor is refused.
+	if late := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct); !closed(late, 5*time.Second) {
+		t.Fatal("an expired token was admitted")
+	}
+}
