@@ -15,7 +15,10 @@ build:
 
 # The main job on the embedded default: a gateway with one sample sandbox (an
 # example policy; the workload calls a local offline upstream through its
-# proxy every few seconds) and what to try next. `make run-boundary`: the standalone boundary.
+# proxy every few seconds) and what to try next. Addresses from the
+# environment: STOCKADE_LISTEN (API, default 127.0.0.1:7420; the SSH relay
+# takes a free port on its host), STOCKADE_UPSTREAM_PORT (default 18080).
+# Ctrl-C removes everything it made. `make run-boundary`: the standalone boundary.
 run: build
 	bash examples/run.sh
 

@@ -49,3 +49,11 @@ type Proc interface {
 
 // ErrGone: the supervisor process does not exist (any more).
 var ErrGone = errors.New("supervisor process is gone")
+
+// ErrCannotStart: the supervisor ended before its session came up because
+// the sandbox cannot start however often it is retried (the command is
+// missing or not executable inside, a hard_requirement path is missing).
+// A Proc's Err wraps it, with the supervisor's message naming the path and
+// the fix; the sandbox goes to Error/StartFailed without retries. The
+// process driver recognises contract.ExitSupervisorCannotStart.
+var ErrCannotStart = errors.New("the sandbox cannot start")

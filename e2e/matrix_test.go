@@ -336,7 +336,7 @@ func (m *matrix) refuse(name, phase, hint string, verb ...string) {
 // works runs a verb and checks its reply.
 func (m *matrix) works(name string, verb ...string) {
 	m.t.Helper()
-	r := m.parallel(append([]string{verb[0], name}, verb[1:]...))[0]
+	r := m.parallel(append([]string{verb[0], name, "--no-wait"}, verb[1:]...))[0]
 	if want := name + ": " + replyPhase(strings.Join(verb, " ")) + "\n"; r.code != 0 || r.out != want {
 		m.t.Fatalf("%s %s: exit %d %q %q, want %q", strings.Join(verb, " "), name, r.code, r.out, r.errOut, want)
 	}
@@ -364,7 +364,7 @@ func (m *matrix) walk(held, reason string, cells []cell) {
 		}
 		m.intact(c.box, "before "+c.verb)
 		v := strings.Fields(c.verb)
-		calls = append(calls, append([]string{v[0], c.box}, v[1:]...))
+		calls = append(calls, append([]string{v[0], c.box, "--no-wait"}, v[1:]...))
 	}
 	res := m.parallel(calls...)
 

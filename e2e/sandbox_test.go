@@ -255,7 +255,8 @@ func TestWorkloadExits(t *testing.T) {
 
 // TestStartFailed: a policy whose hard_requirement names a path that does
 // not exist fails the start: Error/StartFailed with the supervisor's reason
-// (the path) in the message, then recovery attempts; stop gets out.
+// (the path) in the message, and no recovery attempts (a retry would fail
+// the same way: issue 12); stop gets out.
 func TestStartFailed(t *testing.T) {
 	w := newWorld(t, 0)
 	bad := filepath.Join(sharedDir(t, 0), "policy.yaml")
@@ -269,20 +270,15 @@ landlock:
 	if out, errOut, code := w.cli("create", "nostart", "--policy", bad, "--no-wait", "--", "/bin/true"); code != 0 {
 		t.Fatalf("create: %d %s%s", code, out, errOut)
 	}
-	w.waitPhase("nostart", "Recovering", 15*time.Second, func(s status) bool {
-		for _, tr := range s.Transitions {
-			if tr.To == "Error" && tr.Reason == "StartFailed" {
-				return true
-			}
-		}
-		return false
-	})
+	if s := w.waitPhase("nostart", "Error", 15*time.Second, nil); s.Reason != "StartFailed" || !neverRecovered(s) {
+		t.Fatalf("want Error/StartFailed without retries: %s/%s %+v", s.Phase, s.Reason, s.Transitions)
+	}
 	out, _, _ := w.cli("get", "nostart")
 	if !strings.Contains(out, "nonexistent-stockade-path") {
 		t.Fatalf("the reason does not name the missing path:\n%s", out)
 	}
 	if _, errOut, code := w.cli("stop", "nostart"); code != 0 {
-		t.Fatalf("stop from Recovering: %d %s", code, errOut)
+		t.Fatalf("stop from Error: %d %s", code, errOut)
 	}
 	w.waitPhase("nostart", "Stopped", 15*time.Second, nil)
 }

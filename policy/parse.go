@@ -135,8 +135,8 @@ func (p *parser) notef(n *yaml.Node, format string, a ...any) {
 }
 
 // yamlError turns a yaml.v3 syntax error ("yaml: line 3: msg") into an
-// Error; yaml.v3 reports a line but no column.
-func (p *parser) yamlError(err error) {
+// Error at the line that is wrong; yaml.v3 reports a line but no column.
+func (p *parser) yamlError(data []byte, err error) {
 	e := &Error{File: p.file, Line: 1, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 	if rest, ok := strings.CutPrefix(e.Msg, "line "); ok {
 		if num, msg, ok := strings.Cut(rest, ": "); ok {
@@ -145,7 +145,60 @@ func (p *parser) yamlError(err error) {
 			}
 		}
 	}
+	if n := firstBadLine(data); n > 0 {
+		e.Line = n
+	}
 	p.errs = append(p.errs, e)
+}
+
+// badLineBudget bounds the bytes firstBadLine parses in all (a policy is
+// a few KB; a huge file keeps yaml.v3's own line).
+const badLineBudget = 8 << 20
+
+// firstBadLine finds the line a YAML syntax error is on, 0 when it cannot
+// tell within badLineBudget.
+//
+// yaml.v3 names the line of the error's context, not of the problem: for
+// libyaml's "did not find expected key" that is where the enclosing block
+// mapping starts (minus one), so a mis-indented key on line 7 under a
+// mapping begun on line 4 is reported at line 3, and a tab is reported one
+// line early. Its problem position is not exported. So the document is
+// parsed again, cut after ever fewer lines: the wrong line is the first
+// line L such that every prefix of L or more lines fails. (The first
+// failing prefix alone could be too early: a prefix that cuts a flow list
+// or a quoted string spanning lines fails too, and a longer one parses.)
+func firstBadLine(data []byte) int {
+	ends := []int{} // ends[i]: the end offset of line i+1, its newline included
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	spent, bad := 0, 0
+	for l := len(ends); l >= 1; l-- {
+		if spent += ends[l-1]; spent > badLineBudget {
+			return 0
+		}
+		if parsesYAML(data[:ends[l-1]]) {
+			break
+		}
+		bad = l
+	}
+	return bad
+}
+
+// parsesYAML says whether every document of data parses (syntax only).
+func parsesYAML(data []byte) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			return errors.Is(err, io.EOF)
+		}
+	}
 }
 
 func (p *parser) parse(data []byte) *Policy {
@@ -156,7 +209,7 @@ func (p *parser) parse(data []byte) *Policy {
 		if errors.Is(err, io.EOF) {
 			p.errs = append(p.errs, &Error{File: p.file, Line: 1, Col: 1, Msg: `empty policy; a policy needs at least "version: 1"`})
 		} else {
-			p.yamlError(err)
+			p.yamlError(data, err)
 		}
 		return pol
 	}
@@ -164,7 +217,7 @@ func (p *parser) parse(data []byte) *Policy {
 	if err := dec.Decode(&extra); err == nil {
 		p.errorf(&extra, "a policy file holds one YAML document; found another one here")
 	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+		p.yamlError(data, err)
 	}
 	root := &doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // at names an expected position by line and the first occurrence of a token
@@ -453,5 +456,97 @@ func TestCompatPoliciesLoad(t *testing.T) {
 		if _, err := NewEngine().Load(filepath.Base(f), data); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestYAMLSyntaxErrorLine: a YAML syntax error names the line that is
+// wrong, not the line yaml.v3 names (the start of the enclosing mapping,
+// minus one, for "did not find expected key").
+func TestYAMLSyntaxErrorLine(t *testing.T) {
+	cases := []struct {
+		name, src string
+		line      int
+		msg       string
+		yamlSays  string // what yaml.v3 itself reports, checked so the test notices when it changes
+	}{{
+		name: "key mis-indented under a list item",
+		src: "version: 1\n" +
+			"network_policies:\n" +
+			"  api:\n" +
+			"    name: api\n" +
+			"    endpoints:\n" +
+			"      - host: api.example.test\n" +
+			"     port: 443\n" + // line 7: one column left of "host"
+			"    binaries: [{path: /usr/bin/curl}]\n",
+		line: 7, msg: "did not find expected key", yamlSays: "yaml: line 3: did not find expected key",
+	}, {
+		name: "list item mis-indented",
+		src: "version: 1\n" +
+			"filesystem_policy:\n" +
+			"  read_only:\n" +
+			"    - /usr\n" +
+			"  read_write:\n" +
+			"    - /tmp\n" +
+			"   - /var\n", // line 7
+		line: 7, msg: "did not find expected key", yamlSays: "yaml: line 2: did not find expected key",
+	}, {
+		name: "tab indentation",
+		src:  "version: 1\nnetwork_policies:\n  api:\n    name: api\n    endpoints:\n      - host: a\n\tport: 443\n",
+		line: 7, msg: "tab character", yamlSays: "yaml: line 6: found a tab character that violates indentation",
+	}, {
+		name: "yaml.v3 right already",
+		src:  "version: 1\nnetwork_policies:\n  api:\n    name: api\n    endpoints:\n      - host: a\n          port: 443\n",
+		line: 7, msg: "mapping values are not allowed", yamlSays: "yaml: line 7: mapping values are not allowed in this context",
+	}, {
+		// A prefix cut inside the flow list (lines 3-4) fails too; the
+		// error is the unterminated quote on line 6.
+		name: "multi-line flow list before the error",
+		src:  "version: 1\nlandlock: {compatibility:\n  best_effort}\nnetwork_policies:\n  api:\n    name: \"api\n",
+		line: 6, msg: "found unexpected end of stream",
+	}, {
+		name: "second document",
+		src:  "version: 1\n---\na: b\n  c: d\n",
+		line: 4, msg: "mapping values are not allowed",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.yamlSays != "" {
+				var n yaml.Node
+				if err := yaml.Unmarshal([]byte(tc.src), &n); err == nil || err.Error() != tc.yamlSays {
+					t.Errorf("yaml.v3 says %v, want %q (this test documents it)", err, tc.yamlSays)
+				}
+			}
+			_, err := Parse("p.yaml", []byte(tc.src))
+			var list ErrorList
+			if !errors.As(err, &list) || len(list) == 0 {
+				t.Fatalf("want ErrorList, got %v", err)
+			}
+			e := list[0]
+			if e.Line != tc.line || !strings.Contains(e.Msg, tc.msg) {
+				t.Errorf("got %v, want line %d containing %q", list, tc.line, tc.msg)
+			}
+			if want := fmt.Sprintf("p.yaml:%d: ", tc.line); !strings.HasPrefix(e.Error(), want) {
+				t.Errorf("error %q does not start with %q", e.Error(), want)
+			}
+		})
+	}
+}
+
+// A large file with a syntax error near its start keeps a line (yaml.v3's
+// when re-parsing would cost too much) and does not take long.
+func TestYAMLSyntaxErrorLineLargeFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("version: 1\nnetwork_policies:\n  api:\n    name: api\n    endpoints:\n      - host: a\n     port: 443\n")
+	for b.Len() < 2<<20 {
+		b.WriteString("# padding padding padding padding padding padding padding padding\n")
+	}
+	start := time.Now()
+	_, err := Parse("big.yaml", []byte(b.String()))
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != 1 || list[0].Line < 1 {
+		t.Fatalf("want one error with a line, got %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %s", d)
 	}
 }

@@ -12,4 +12,7 @@
 // gateway does not stop the workload; the session says Hello again until a
 // gateway answers. SIGTERM stops the workload gracefully; when the
 // supervisor dies, the sandbox's init dies and the kernel kills the rest.
+// A sandbox that cannot start however often it is retried (a missing
+// command, a hard_requirement path) ends the process with
+// contract.ExitSupervisorCannotStart, its last output line the message.
 package supervisor

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,9 +34,39 @@ import (
 
 var errUnexpected = errors.New("unexpected reply type")
 
+// CannotStartError is a start of the sandbox that fails the same way
+// however often it is retried (nsrun.ErrCannotStart: the command is missing
+// or not executable inside, a hard_requirement path is missing). Its text
+// is the message for the user (path and fix).
+type CannotStartError struct {
+	Reason string // the message: what is wrong, where, and the fix
+	Err    error  // the whole chain
+}
+
+func (e *CannotStartError) Error() string { return e.Reason }
+func (e *CannotStartError) Unwrap() error { return e.Err }
+
 // Run runs one supervisor instance until its workload has exited and the
-// gateway knows, or a signal stops it.
+// gateway knows, or a signal stops it. A sandbox that cannot start returns
+// a *CannotStartError (its message on one line): the command exits with
+// contract.ExitSupervisorCannotStart and prints it as its last line, which
+// the gateway's driver reports as driver.ErrCannotStart, so the sandbox
+// goes to Error/StartFailed without retries. Everything Run opened is
+// closed before it returns.
 func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
+	err := run(ctx, specPath, log)
+	var cs *CannotStartError
+	if errors.As(err, &cs) {
+		log.Error().Err(err).Msg("the sandbox cannot start; the gateway will not retry")
+		cs.Reason = oneLine(cs.Reason)
+	}
+	return err
+}
+
+// oneLine keeps a message on one line (the driver reads the last one).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	sp, err := spec.Read(specPath)
 	if err != nil {
 		return err
@@ -86,6 +117,12 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	if fs := pol.Filesystem; fs != nil {
 		ns.Filesystem = nsrun.Filesystem{ReadOnly: fs.ReadOnly, ReadWrite: fs.ReadWrite, IncludeWorkdir: fs.IncludeWorkdir}
 	}
+	// Every sandbox gets the baseline (what a process needs to run) besides
+	// the policy's lists; loopback hosts the policy allows go through the
+	// boundary instead of NO_PROXY (ARCHITECTURE.md, "Where the build differs").
+	base := policy.Baseline()
+	ns.Filesystem.BaselineReadOnly, ns.Filesystem.BaselineReadWrite = base.ReadOnly, base.ReadWrite
+	ns.ProxyLoopback = pol.LoopbackHosts()
 	if pol.Landlock.Compatibility == policy.HardRequirement {
 		ns.Filesystem.Mode = nsrun.HardRequirement
 	}
@@ -111,6 +148,9 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	sb, err := nsrun.Start(startCtx, ns)
 	cancel()
 	wlog.handedOver()
+	if reason, ok := nsrun.CannotStartReason(err); ok {
+		return &CannotStartError{Reason: reason, Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("supervisor: start sandbox: %w", err)
 	}

@@ -152,7 +152,7 @@ func (a *connActor) serve(ctx actor.Context) {
 	a.step = stepDial
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
 	up, blocked, err := proxy.DialChecked(dctx, &net.Dialer{}, cfg.Resolver, req.Host, req.Port,
-		proxy.DestRule{AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost, AllowLoopback: cfg.AllowLoopback})
+		proxy.DestRule{AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost, AllowLoopback: cfg.AllowLoopback, LoopbackFix: loopbackFix(cfg)})
 	cancel()
 	switch {
 	case blocked != "":
@@ -258,4 +258,13 @@ func addrPort(a net.Addr) netip.AddrPort {
 		return ap
 	}
 	return netip.AddrPort{}
+}
+
+// loopbackFix is how to allow a loopback upstream, said in the refusal: a
+// sandbox's boundary takes the setting from the gateway that started it.
+func loopbackFix(cfg *Config) string {
+	if cfg.Sandbox == "" {
+		return "" // the standalone boundary: its own --allow-loopback-upstream
+	}
+	return "start the gateway with `stockade gateway run --allow-loopback-upstream` to allow it; a sandbox started before gets it at its next start"
 }

@@ -50,8 +50,11 @@ type Config struct {
 	// benchmark that measures their cost.
 	Unconfined bool
 	Lifecycle  lifecycle.Config
-	// RelayListen is where clients and supervisors meet for SSH relays
-	// (default 127.0.0.1:7421; port 0 picks one).
+	// RelayListen is where clients and supervisors meet for SSH relays.
+	// Empty: the host of Listen, on a free port chosen at start, so two
+	// gateways with different Listen addresses never collide on it. The
+	// address is advertised, not assumed: clients get it in each
+	// RelayRequest reply, supervisors in each OpenRelay.
 	RelayListen string
 	// Ready, if set, is called once the API serves, with what it serves;
 	// its error stops the gateway.
@@ -158,12 +161,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("gateway: find stockade binary: %w", err)
 		}
 	}
-	if cfg.RelayListen == "" {
-		cfg.RelayListen = "127.0.0.1:7421"
-	}
-	relayTCP, err := net.Listen("tcp", cfg.RelayListen)
+	relayTCP, relayAddr, err := listenRelay(cfg.RelayListen, host)
 	if err != nil {
-		return fmt.Errorf("gateway: relay address %s: %w (is another gateway running? set --relay-listen)", cfg.RelayListen, err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	defer relayTCP.Close()
 	// Relays are TLS too: clients and supervisors with their certificates.
@@ -185,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	env := &sandbox.Env{Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
-		RelayAddr: relayTCP.Addr().String(), RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
+		RelayAddr: relayAddr, RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
 	// The API actor (clients) and the hello actor (supervisors) are the
 	// root's children like the rest, so the root's strategy logs, counts
@@ -221,6 +221,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	_ = sys.Root.StopFuture(root).Wait()
 	return nil
+}
+
+// listenRelay opens the relay listener and returns the address to
+// advertise for it. An empty listen means apiHost on a free port; a
+// wildcard host (0.0.0.0, ::) listens everywhere but is advertised as
+// apiHost, the address peers already reach the gateway at.
+func listenRelay(listen, apiHost string) (net.Listener, string, error) {
+	if listen == "" {
+		listen = net.JoinHostPort(apiHost, "0")
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("relay address %s: %w (another process has it: leave --relay-listen empty for a free port on the --listen host, or give another)", listen, err)
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return ln, net.JoinHostPort(apiHost, port), nil
+	}
+	return ln, ln.Addr().String(), nil
 }
 
 // rootReady asks the root whether it has spawned its children.

@@ -29,6 +29,9 @@ type (
 		instance string
 		proc     driver.Proc
 		detail   string
+		// cannotStart: its Err wraps driver.ErrCannotStart (a start
+		// that a retry cannot heal).
+		cannotStart bool
 	}
 	// previousStopped: the supervisor a spawn replaces is gone (err: it
 	// did not die in time).

@@ -79,11 +79,11 @@ func (a *sandboxActor) watch(ctx actor.Context, p driver.Proc, inst string) {
 	self, sys := ctx.Self(), ctx.ActorSystem()
 	go func() {
 		<-p.Done()
-		detail := "supervisor exited"
+		detail, permanent := "supervisor exited", false
 		if err := p.Err(); err != nil {
-			detail = err.Error()
+			detail, permanent = err.Error(), errors.Is(err, driver.ErrCannotStart)
 		}
-		sys.Root.Send(self, &supervisorExited{instance: inst, proc: p, detail: detail})
+		sys.Root.Send(self, &supervisorExited{instance: inst, proc: p, detail: detail, cannotStart: permanent})
 	}()
 }
 
@@ -102,9 +102,9 @@ func (a *sandboxActor) supervisorExited(ctx actor.Context, m *supervisorExited) 
 	a.step(ctx, func() (lifecycle.Transition, error) {
 		switch {
 		case !up && a.m.Phase() == lifecycle.PhaseProvisioning:
-			return a.m.On(lifecycle.StartFailed{Detail: m.detail})
+			return a.m.On(lifecycle.StartFailed{Detail: m.detail, Permanent: m.cannotStart})
 		case !up && a.m.Phase() == lifecycle.PhaseRecovering:
-			return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: m.detail})
+			return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: m.detail, Permanent: m.cannotStart})
 		default:
 			return a.m.On(lifecycle.SupervisorLost{Detail: m.detail})
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -545,6 +546,11 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	rec.Lifecycle = a.m.Snapshot()
 	st := recordStatus(rec)
 	st.Workspace, st.Restarts = a.env.Driver.Workspace(a.name), map[string]int64{}
+	if d, ok := a.sup.(interface{ Drift() string }); ok && d.Drift() != "" {
+		// The process driver: an adopted supervisor runs with boundary
+		// settings the gateway no longer has.
+		st.Message = strings.TrimPrefix(st.Message+"; "+d.Drift(), "; ")
+	}
 	st.Resources = a.resources
 	if st.Resources == nil { // no report yet: the limits as created
 		l := a.rec.Spec.Limits.Or(a.env.limits())

@@ -14,6 +14,10 @@ type DestRule struct {
 	AllowedIPs    []netip.Prefix // the endpoint's allowed_ips
 	ExactHost     bool           // the endpoint names this host exactly
 	AllowLoopback bool           // --allow-loopback-upstream
+	// LoopbackFix says how to allow a loopback upstream in the refusal
+	// (default: start the boundary with --allow-loopback-upstream); a
+	// sandbox's boundary names the gateway's flag.
+	LoopbackFix string
 }
 
 var (
@@ -77,7 +81,11 @@ func CheckAddr(a netip.Addr, r DestRule) (reason.Code, string) {
 		return reason.InternalAddressBlocked, fmt.Sprintf("%s is multicast", a)
 	case a.IsLoopback():
 		if !r.AllowLoopback {
-			return reason.InternalAddressBlocked, fmt.Sprintf("%s is loopback (start the boundary with --allow-loopback-upstream to allow it)", a)
+			fix := r.LoopbackFix
+			if fix == "" {
+				fix = "start the boundary with --allow-loopback-upstream to allow it"
+			}
+			return reason.InternalAddressBlocked, fmt.Sprintf("%s is loopback (%s)", a, fix)
 		}
 		return reason.None, ""
 	}

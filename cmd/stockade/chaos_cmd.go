@@ -15,7 +15,11 @@ import (
 )
 
 func newChaosCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "chaos", Short: "Prove containment: seeded fault schedules against real gateway and supervisor processes"}
+	cmd := &cobra.Command{
+		Use:     "chaos",
+		Short:   "Prove containment: seeded fault schedules against real gateway and supervisor processes",
+		Example: `  sudo stockade chaos run --scenario all --duration 1m`,
+	}
 	var o chaos.Options
 	var report string
 	var names []string
@@ -35,6 +39,8 @@ namespaces. The same --seed replays the same schedule.
 
 Scenarios: ` + strings.Join(names, ", ") + `.
 Exit status: 0 all invariants held; 1 an invariant broke or the run failed.`,
+		Example: `  sudo stockade chaos run
+  sudo stockade chaos run --scenario error-recovery --seed 7 --faults 200 --report report.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := chaos.ScenarioNamed(o.Scenario); err != nil {

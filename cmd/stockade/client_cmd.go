@@ -16,7 +16,12 @@ import (
 
 func newClientCmd() *cobra.Command {
 	var co clientOpts
-	cmd := &cobra.Command{Use: "client", Short: "Issue and revoke client credentials (bundles like a kubeconfig)"}
+	cmd := &cobra.Command{
+		Use:   "client",
+		Short: "Issue and revoke client credentials (bundles like a kubeconfig)",
+		Example: `  stockade client issue alice --out alice.config
+  stockade client revoke alice`,
+	}
 	co.addClientFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newClientIssueCmd(&co), newClientRevokeCmd(&co))
 	return cmd
@@ -34,6 +39,9 @@ and the addresses this client used. FILE is written with mode 0600; hand it
 over privately. The user then runs: stockade sandbox list --config FILE
 (or STOCKADE_CONFIG=FILE, or copies it to ~/.config/stockade/config).
 Revoke it with: stockade client revoke NAME.`,
+		Example: `  stockade client issue alice --out alice.config
+  stockade client issue ci --out ci.config --validity 720h
+  stockade sandbox list --config alice.config   # on alice's machine`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
@@ -78,9 +86,10 @@ Revoke it with: stockade client revoke NAME.`,
 
 func newClientRevokeCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke NAME",
-		Short: "Revoke every certificate issued to a client (refused from its next connection)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "revoke NAME",
+		Short:   "Revoke every certificate issued to a client (refused from its next connection)",
+		Example: `  stockade client revoke alice`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			reply, err := co.call(cmd, &messages.RevokeRequest{Name: args[0]})
 			if err != nil {

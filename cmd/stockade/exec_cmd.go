@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -201,14 +203,80 @@ func signalNumber(name string) int {
 	return 1
 }
 
+// proxyStatusEnv names the file where `ssh-proxy`, run by `connect`'s ssh
+// as its ProxyCommand, leaves why it could not open the relay (proxyStatus):
+// ssh itself would only say "kex_exchange_identification: Connection
+// closed" and exit 255.
+const proxyStatusEnv = "STOCKADE_SSH_PROXY_STATUS"
+
+// proxyStatus is that file's content: the exit code and the message.
+type proxyStatus struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeProxyStatus leaves err for `connect` at path: complete before
+// ssh-proxy exits and ssh notices (written aside, then linked), and never
+// over an existing file (the link fails).
+func writeProxyStatus(path string, err error) error {
+	st := proxyStatus{Code: exitFailure, Message: err.Error()}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		st.Code = ee.code
+	}
+	b, jerr := json.Marshal(st)
+	if jerr != nil {
+		return jerr
+	}
+	tmp := path + ".tmp"
+	f, oerr := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if oerr != nil {
+		return oerr
+	}
+	_, werr := f.Write(b)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Link(tmp, path)
+	}
+	_ = os.Remove(tmp)
+	return werr
+}
+
+// readProxyStatus reads what ssh-proxy left at path (ok false: nothing).
+func readProxyStatus(path string) (proxyStatus, bool) {
+	var st proxyStatus
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &st) != nil || st.Code == 0 {
+		return st, false
+	}
+	return st, true
+}
+
 func newSSHProxyCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ssh-proxy NAME",
 		Short: "Relay stdin/stdout to a sandbox's SSH server (for ssh's ProxyCommand)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Relay stdin/stdout to a sandbox's SSH server, for ssh's ProxyCommand
+(see ssh-config). When no relay can be opened it exits 4 (the sandbox is not
+in a phase that allows it), 3 (no such sandbox) or 5 (no gateway, or no
+supervisor session).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			conn, _, err := co.openRelay(cmd, args[0])
 			if err != nil {
+				if path := os.Getenv(proxyStatusEnv); path != "" {
+					// Run by connect: it prints the message and exits
+					// with the code; ssh would print its own.
+					if werr := writeProxyStatus(path, err); werr == nil {
+						var ee *exitError
+						if errors.As(err, &ee) {
+							return &exitError{ee.code, nil}
+						}
+						return &exitError{exitFailure, nil}
+					}
+				}
 				return err
 			}
 			defer conn.Close()
@@ -284,7 +352,12 @@ func newConnectCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
 		Use:   "connect NAME",
 		Short: "Open a shell in a sandbox with the system ssh",
-		Args:  cobra.ExactArgs(1),
+		Long: `Open a shell in a sandbox with the system ssh, through the gateway's relay
+(ssh runs 'stockade sandbox ssh-proxy NAME' as its ProxyCommand). The exit
+code is the shell's; when no relay can be opened, the stockade message only
+and 4 (the sandbox is not in a phase that allows it), 3 (no such sandbox) or
+5 (no gateway, or no supervisor session); 255 when ssh itself fails.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sshBin, err := exec.LookPath("ssh")
 			if err != nil {
@@ -294,15 +367,125 @@ func newConnectCmd(co *clientOpts) *cobra.Command {
 			if err != nil {
 				return &exitError{exitFailure, err}
 			}
-			argv := []string{"ssh"}
+			var argv []string
 			for _, o := range opts {
 				argv = append(argv, "-o", o[0]+"="+o[1])
 			}
-			argv = append(argv, args[0])
-			if err := syscall.Exec(sshBin, argv, os.Environ()); err != nil {
-				return &exitError{exitFailure, fmt.Errorf("exec ssh: %w", err)}
-			}
-			return nil
+			return runSSH(sshBin, append(argv, args[0]))
 		},
+	}
+}
+
+// runSSH runs ssh as a child (not exec: its ProxyCommand's failure must
+// become connect's exit code and message) and exits as it does. ssh-proxy
+// leaves why it failed in a private file (proxyStatusEnv); then ssh's own
+// lines after it ("kex_exchange_identification: Connection closed") are
+// dropped and the stockade message is printed instead.
+func runSSH(sshBin string, args []string) error {
+	dir, err := os.MkdirTemp("", "stockade-connect-")
+	if err != nil {
+		return &exitError{exitFailure, fmt.Errorf("connect: a private temp dir for ssh-proxy's status: %w (check TMPDIR)", err)}
+	}
+	defer os.RemoveAll(dir)
+	status := filepath.Join(dir, "status")
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return &exitError{exitFailure, fmt.Errorf("connect: pipe for ssh's stderr: %w", err)}
+	}
+	c := exec.Command(sshBin, args...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, wr
+	c.Env = append(os.Environ(), proxyStatusEnv+"="+status)
+	// The terminal's signals reach ssh (same process group); this process
+	// waits for it. SIGTERM and SIGHUP sent to this process are passed on.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err := c.Start(); err != nil {
+		_, _ = rd.Close(), wr.Close()
+		return &exitError{exitFailure, fmt.Errorf("connect: start ssh: %w", err)}
+	}
+	_ = wr.Close()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		filterSSHStderr(rd, os.Stderr, status)
+		_ = rd.Close()
+	}()
+	type waited struct {
+		ws  syscall.WaitStatus
+		err error
+	}
+	done := make(chan waited, 1)
+	go func() { ws, err := waitFollowingStops(c.Process.Pid); done <- waited{ws, err} }()
+	var w waited
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
+				_ = c.Process.Signal(sig)
+			}
+		case w = <-done:
+			break wait
+		}
+	}
+	_ = c.Process.Release()
+	select { // ssh-proxy may outlive ssh for a moment and hold the pipe
+	case <-copied:
+	case <-time.After(2 * time.Second):
+	}
+	if st, ok := readProxyStatus(status); ok {
+		return &exitError{st.Code, errors.New(st.Message)}
+	}
+	ws := w.ws
+	switch {
+	case w.err != nil:
+		return &exitError{exitFailure, fmt.Errorf("connect: wait for ssh: %w", w.err)}
+	case ws.Exited():
+		if ws.ExitStatus() == 0 {
+			return nil
+		}
+		return &exitError{ws.ExitStatus(), nil}
+	case ws.Signaled():
+		return &exitError{128 + int(ws.Signal()), nil}
+	default:
+		return &exitError{exitFailure, fmt.Errorf("connect: ssh ended with wait status %#x", uint32(ws))}
+	}
+}
+
+// filterSSHStderr copies ssh's stderr to out until ssh-proxy has left a
+// status at path: after that, ssh only reports that the proxy went away.
+// ssh-proxy writes the status before it exits, so before ssh notices.
+func filterSSHStderr(r io.Reader, out io.Writer, path string) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, failed := readProxyStatus(path); !failed {
+				_, _ = out.Write(buf[:n])
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitFollowingStops waits for ssh to end. When ssh stops itself (its
+// ~^Z escape), this process stops too, so the shell sees the job stop;
+// its SIGCONT (fg) goes to the whole process group, ssh included.
+func waitFollowingStops(pid int) (syscall.WaitStatus, error) {
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+		case err != nil:
+			return ws, err
+		case ws.Stopped():
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		default:
+			return ws, nil
+		}
 	}
 }

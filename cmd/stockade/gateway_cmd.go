@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -28,7 +30,9 @@ func newGatewayCmd() *cobra.Command {
 		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
 		Long: `Run a gateway: the API for clients on --listen (127.0.0.1:7420), state in
 bbolt under --state-dir, one supervisor process per sandbox. Sandboxes keep
-running when the gateway stops; the next gateway re-adopts them.
+running when the gateway stops; the next gateway re-adopts them. SSH relays
+(exec, connect) listen on --relay-listen: by default the --listen host on a
+free port, which clients and supervisors are told with every relay.
 
 Every endpoint is mutual TLS 1.3 under a CA the gateway creates on first
 start in <state-dir>/pki (keys 0600; the gateway refuses to start when a key
@@ -80,7 +84,7 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	f := run.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", client.DefaultStateDir(), "state directory (bbolt file, CA, client config, workspaces)")
 	f.StringVar(&cfg.Listen, "listen", client.DefaultGateway, "API address")
-	f.StringVar(&cfg.RelayListen, "relay-listen", "127.0.0.1:7421", "SSH relay address (clients and supervisors connect here)")
+	f.StringVar(&cfg.RelayListen, "relay-listen", "", "SSH relay address (clients and supervisors connect here; they are told it); empty: the --listen host, a free port chosen at start")
 	f.StringVar(&cfg.Hosts, "hosts", "", "static names (/etc/hosts format) for the sandboxes' DNS and proxy (offline use)")
 	f.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT for the sandboxes (default: /etc/resolv.conf)")
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
@@ -121,6 +125,12 @@ func newSupervisorCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := supervisor.Run(context.Background(), specPath, newLogger(cmd)); err != nil {
+				// A sandbox that cannot start: a status of its own, so the
+				// gateway does not retry (contract.ExitSupervisorCannotStart).
+				var cs *supervisor.CannotStartError
+				if errors.As(err, &cs) {
+					return &exitError{contract.ExitSupervisorCannotStart, err}
+				}
 				return &exitError{exitFailure, err}
 			}
 			return nil

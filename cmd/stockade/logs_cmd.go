@@ -39,7 +39,12 @@ the sandbox is deleted. Each line starts with its time (with the date when
 it is older than today, full RFC 3339 with --timestamps). -o json prints
 one JSON object per line: time, source (workload, audit, lifecycle),
 stream (out, err: workload only), text, event (audit, lifecycle).`,
-		Args: cobra.ExactArgs(1),
+		Example: `  stockade sandbox logs demo
+  stockade sandbox logs demo -f --since 10m
+  stockade sandbox logs demo --audit -n 50
+  stockade sandbox logs demo -o json | jq -r 'select(.source == "audit") | .text'`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeFirstSandboxName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
 				return &exitError{exitUsage, fmt.Errorf("-o %q: use text or json", output)}
@@ -103,6 +108,7 @@ stream (out, err: workload only), text, event (audit, lifecycle).`,
 	f.IntVarP(&tail, "tail", "n", 0, "only the last N lines of the merged result (0: all)")
 	f.DurationVar(&since, "since", 0, "only lines newer than this (e.g. 10m), from every source")
 	f.StringVarP(&output, "output", "o", "text", "text or json (one object per line)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	f.BoolVar(&timestamps, "timestamps", false, "full RFC 3339 times with milliseconds and zone")
 	return cmd
 }

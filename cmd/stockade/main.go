@@ -61,13 +61,41 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "stockade",
-		Short:         "Run untrusted programs behind a policy boundary",
+		Use:   "stockade",
+		Short: "Run untrusted programs behind a policy boundary",
+		Long: `stockade runs untrusted programs in sandboxes behind a policy boundary: a
+gateway keeps the sandboxes (one supervisor each), every outgoing
+connection and DNS query goes through an egress boundary that allows only
+what the policy lists. docs/cli.md is the reference of every command, flag,
+exit code and JSON key.
+
+Exit codes: 0 done, 1 the verb failed, 2 bad flags or arguments (or an
+unknown command), 3 not found, 4 refused (wrong phase, not allowed), 5 no
+gateway answering.`,
+		Example: `  stockade gateway run &
+  stockade sandbox create demo --policy examples/policy.yaml
+  stockade sandbox exec demo -- curl -s https://api.github.com/zen
+  stockade sandbox list -w`,
+		Version:       buildVersion().line(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: json, console, auto (console on a terminal)")
-	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newClientCmd(), newChaosCmd())
+	root.Flags().Bool("version", false, "print the version on one line and exit")
+	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newClientCmd(), newChaosCmd(), newVersionCmd(), newCompletionCmd())
+	// policy set and get (policy_cmd.go) take a sandbox name first.
+	for _, path := range [][]string{{"policy", "set"}, {"policy", "get"}} {
+		if c, _, err := root.Find(path); err == nil && c.Name() == path[1] && c.ValidArgsFunction == nil {
+			c.ValidArgsFunction = completeFirstSandboxName
+		}
+	}
+	if c, _, err := root.Find([]string{"policy", "eval"}); err == nil && c.Name() == "eval" && c.Flags().Lookup("output") != nil {
+		if _, ok := c.GetFlagCompletionFunc("output"); !ok {
+			_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+		}
+	}
+	applyConventions(root)
 	return root
 }

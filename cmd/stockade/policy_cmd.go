@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -128,9 +129,18 @@ func newPolicyCheckCmd() *cobra.Command {
 
 Exit 0 when valid: prints "FILE: valid (N network policies, M endpoints)"
 and one line per field that is accepted but not enforced (L7 rules,
-protocol, tls, middlewares, ...), each with file:line:col.
+protocol, tls, middlewares, ...), each with file:line:col; then what the
+baseline adds to every sandbox (read-only /usr, /bin, /lib, /etc, /proc
+...; read-write /tmp and the workspace /sandbox), and a warning, with
+file:line:col and the fix, for every endpoint the boundary refuses
+whatever the policy says (loopback unless the gateway runs with
+--allow-loopback-upstream, a private address outside the endpoint's
+allowed_ips, link-local and metadata addresses, control-plane ports).
 Exit 2 when invalid (or unreadable): every error goes to stderr, one per
-line, as file:line:col: message.`,
+line, as file:line:col: message.
+
+Example:
+  stockade policy check examples/policy.yaml`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -144,9 +154,26 @@ line, as file:line:col: message.`,
 			for _, n := range pol.Notices() {
 				fmt.Fprintln(out, n.String())
 			}
+			printBaseline(out, pol)
+			for _, n := range pol.BoundaryWarnings() {
+				fmt.Fprintln(out, n.String())
+			}
 			return nil
 		},
 	}
+}
+
+// printBaseline says what the baseline adds to the policy's filesystem
+// lists (policy.Baseline).
+func printBaseline(w io.Writer, pol *policy.Policy) {
+	add := pol.BaselineAdds()
+	list := func(ps []string) string {
+		if len(ps) == 0 {
+			return "(nothing more)"
+		}
+		return strings.Join(ps, " ")
+	}
+	fmt.Fprintf(w, "baseline (added to every sandbox): read-only %s; read-write %s\n", list(add.ReadOnly), list(add.ReadWrite))
 }
 
 type evalFlags struct {
@@ -166,8 +193,10 @@ func newPolicyEvalCmd() *cobra.Command {
 		Use:   "eval FILE (--host H --port P [--binary PATH] [--ancestor PATH]... [--identity-none] | --dns NAME) [-o text|json]",
 		Short: "Evaluate one network or DNS decision against a policy",
 		Long: `Evaluate one decision against a policy file, offline, with the same
-engine the boundary uses, and print it (allow, reason, policy, message,
-version; for an allowed connection also exact_host and allowed_ips).
+engine the boundary uses, and print it: allow, reason, policy, message,
+version, and for an allowed connection exactHost and allowedIps. Text and
+-o json use the same keys; an empty or false value is left out of both
+(allow and version are always there).
 
 Network: --host and --port, the connecting --binary (exe path) and its
 --ancestor paths (repeatable, nearest first). --identity-none ignores
@@ -224,34 +253,42 @@ func runPolicyEval(cmd *cobra.Command, file string, f evalFlags) error {
 	return nil
 }
 
-// decisionJSON is the -o json shape; keys are stable.
+// decisionJSON is the -o json shape; keys are stable, camelCase like the
+// rest of the CLI's JSON, and the text form prints the same keys in the
+// same order. Empty values are left out of both.
 type decisionJSON struct {
 	Allow      bool           `json:"allow"`
-	Reason     string         `json:"reason"`
-	Policy     string         `json:"policy"`
-	Message    string         `json:"message"`
+	Reason     string         `json:"reason,omitempty"`
+	Policy     string         `json:"policy,omitempty"`
+	Message    string         `json:"message,omitempty"`
 	Version    uint64         `json:"version"`
-	ExactHost  bool           `json:"exactHost"`
-	AllowedIPs []netip.Prefix `json:"allowedIps"`
+	ExactHost  bool           `json:"exactHost,omitempty"`
+	AllowedIPs []netip.Prefix `json:"allowedIps,omitempty"`
 }
 
 func printDecision(w io.Writer, format string, d policy.Decision, network bool) error {
+	out := decisionJSON{Allow: d.Allow, Reason: string(d.Reason), Policy: d.Policy, Message: d.Message, Version: d.Version}
+	if d.Allow && network {
+		out.ExactHost, out.AllowedIPs = d.ExactHost, d.AllowedIPs
+	}
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(decisionJSON{
-			Allow: d.Allow, Reason: string(d.Reason), Policy: d.Policy, Message: d.Message,
-			Version: d.Version, ExactHost: d.ExactHost, AllowedIPs: append([]netip.Prefix{}, d.AllowedIPs...),
-		})
+		return enc.Encode(out)
 	}
-	verdict := "DENY"
-	if d.Allow {
-		verdict = "ALLOW"
+	var b strings.Builder
+	field := func(key string, v any, empty bool) {
+		if !empty {
+			fmt.Fprintf(&b, "%-11s %v\n", key, v)
+		}
 	}
-	_, err := fmt.Fprintf(w, "decision     %s\nreason       %s\npolicy       %s\nmessage      %s\nversion      %d\n",
-		verdict, d.Reason, d.Policy, d.Message, d.Version)
-	if err == nil && d.Allow && network {
-		_, err = fmt.Fprintf(w, "exact_host   %v\nallowed_ips  %v\n", d.ExactHost, d.AllowedIPs)
-	}
+	field("allow", out.Allow, false)
+	field("reason", out.Reason, out.Reason == "")
+	field("policy", out.Policy, out.Policy == "")
+	field("message", out.Message, out.Message == "")
+	field("version", out.Version, false)
+	field("exactHost", out.ExactHost, !out.ExactHost)
+	field("allowedIps", out.AllowedIPs, len(out.AllowedIPs) == 0)
+	_, err := io.WriteString(w, b.String())
 	return err
 }

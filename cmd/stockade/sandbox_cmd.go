@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -39,15 +40,38 @@ func (co *clientOpts) addClientFlags(f *pflag.FlagSet) {
 
 func newSandboxCmd() *cobra.Command {
 	var co clientOpts
-	cmd := &cobra.Command{Use: "sandbox", Short: "Create and manage sandboxes on a gateway"}
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Create and manage sandboxes on a gateway",
+		Example: `  stockade sandbox create demo --policy examples/policy.yaml -- /bin/sh -c 'exec sleep 1000'
+  stockade sandbox ls
+  stockade sandbox get demo -w
+  stockade sandbox exec demo -- curl -s https://api.github.com/zen
+  stockade sandbox rm demo`,
+	}
 	co.addClientFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newCreateCmd(&co), newGetCmd(&co), newListCmd(&co), newLogsCmd(&co),
 		newExecCmd(&co), newSSHProxyCmd(&co), newSSHConfigCmd(&co), newConnectCmd(&co), newFaultCmd(&co),
-		newVerbCmd(&co, "stop NAME", "Stop a sandbox (works from Ready, Error, Recovering, Provisioning)", messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE),
-		newVerbCmd(&co, "start NAME", "Start a stopped, completed or failed sandbox on its workspace", messages.Verb_VERB_START, "", 0),
-		newVerbCmd(&co, "recover NAME", "Recover a sandbox in Error or Recovering now (resets the attempt count)", messages.Verb_VERB_RECOVER, "", 0),
-		newVerbCmd(&co, "delete NAME", "Delete a sandbox and its workspace", messages.Verb_VERB_DELETE, "keep-workspace", messages.Verb_VERB_DELETE_KEEP_WORKSPACE),
+		newVerbCmd(&co, "stop NAME [--force] [--no-wait] [--timeout D]", "Stop a sandbox and wait until it is Stopped (works from Ready, Error, Recovering, Provisioning)",
+			messages.Verb_VERB_STOP, "force", messages.Verb_VERB_STOP_FORCE,
+			"  stockade sandbox stop demo\n  stockade sandbox stop demo --force --no-wait"),
+		newVerbCmd(&co, "start NAME [--no-wait] [--timeout D]", "Start a stopped, completed or failed sandbox on its workspace and wait until it is Ready",
+			messages.Verb_VERB_START, "", 0,
+			"  stockade sandbox start demo\n  stockade sandbox start demo --timeout 30s"),
+		newVerbCmd(&co, "recover NAME [--no-wait] [--timeout D]", "Recover a sandbox in Error or Recovering now (resets the attempt count) and wait until it is Ready",
+			messages.Verb_VERB_RECOVER, "", 0,
+			"  stockade sandbox recover demo"),
+		newDeleteCmd(&co),
 	)
+	// exec, connect, ssh-proxy and ssh-config take a sandbox name first.
+	for _, c := range cmd.Commands() {
+		switch c.Name() {
+		case "exec", "connect", "ssh-proxy", "ssh-config":
+			if c.ValidArgsFunction == nil {
+				c.ValidArgsFunction = completeFirstSandboxName
+			}
+		}
+	}
 	return cmd
 }
 
@@ -100,7 +124,12 @@ func (co *clientOpts) dial(cmd *cobra.Command) (*client.Client, error) {
 // request sends one request and turns a failure or a non-OK reply into an
 // exit error with the code of DESIGN.md.
 func request(c *client.Client, msg proto.Message) (*messages.Reply, error) {
-	reply, err := c.Request(context.Background(), msg)
+	return requestCtx(context.Background(), c, msg)
+}
+
+// requestCtx is request bounded by ctx (a watch's interrupt).
+func requestCtx(ctx context.Context, c *client.Client, msg proto.Message) (*messages.Reply, error) {
+	reply, err := c.Request(ctx, msg)
 	if err != nil {
 		if errors.Is(err, client.ErrUnreachable) || errors.Is(err, client.ErrRefused) {
 			return nil, &exitError{exitUnreachable, err}
@@ -125,15 +154,22 @@ func (co *clientOpts) call(cmd *cobra.Command, msg proto.Message) (*messages.Rep
 
 func newCreateCmd(co *clientOpts) *cobra.Command {
 	var policyFile, workdir, restart string
-	var noWait bool
-	var timeout time.Duration
+	var w waitOpts
 	var pids int64
 	var memory, ioBps string
 	var cpus float64
 	cmd := &cobra.Command{
-		Use:   "create NAME --policy FILE [--workdir DIR] [--pids N] [--memory SIZE] [--cpus N] [--no-wait] [-- CMD ARGS...]",
+		Use:   "create NAME --policy FILE [--workdir DIR] [--restart POLICY] [--pids N] [--memory SIZE] [--cpus N] [--io-bps SIZE] [--no-wait] [--timeout D] [-- CMD ARGS...]",
 		Short: "Create a sandbox and wait until it is Ready",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Create a sandbox NAME running CMD ARGS (default: /bin/sh -c 'exec sleep
+infinity') under the policy FILE, with its workspace at /sandbox, and wait
+until it is Ready.
+
+` + waitHelp,
+		Example: `  stockade sandbox create demo --policy examples/policy.yaml
+  stockade sandbox create web --policy web.yaml --memory 512M --cpus 0.5 -- /usr/bin/python3 -m http.server
+  stockade sandbox create job --policy job.yaml --restart never --no-wait -- /bin/sh -c 'make test'`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pol, err := os.ReadFile(policyFile)
 			if err != nil {
@@ -159,7 +195,7 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			name := args[0]
+			name, start := args[0], time.Now()
 			reply, err := request(c, &messages.CreateRequest{Name: name, PolicyFile: filepath.Base(policyFile),
 				Policy: pol, Workdir: workdir, Argv: args[1:], Restart: restart, Limits: limits})
 			if err != nil {
@@ -167,81 +203,59 @@ func newCreateCmd(co *clientOpts) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s: %s\n", name, reply.Sandbox.Phase)
-			if noWait {
+			if w.noWait {
 				return nil
 			}
-			return waitReady(c, out, name, reply.Sandbox.Phase, timeout)
+			return waitFor(c, out, goalReady, reply.Sandbox, start, w.timeout)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&policyFile, "policy", "", "policy file (OpenShell v1 YAML); required")
 	f.StringVar(&workdir, "workdir", "", "working directory inside (default /sandbox)")
 	f.StringVar(&restart, "restart", "on-failure", "restart policy: always, on-failure, never")
-	f.BoolVar(&noWait, "no-wait", false, "return once the sandbox is recorded, without waiting for Ready")
 	f.Int64Var(&pids, "pids", 0, "most processes at once (default 512; -1: no limit)")
 	f.StringVar(&memory, "memory", "", "most memory, swap and tmpfs included, e.g. 512M or 4G (default 2G; none: no limit)")
 	f.Float64Var(&cpus, "cpus", 0, "most CPUs, e.g. 0.5 or 2 (default 2; -1: no limit)")
 	f.StringVar(&ioBps, "io-bps", "", "most bytes per second read and written each on the workspace's disk, e.g. 50M (default: no limit)")
-	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for Ready")
+	w.addFlags(cmd)
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
 }
 
-// waitReady polls the sandbox, printing each phase as it passes, until
-// Ready (or Completed: the workload already ran to its end).
-func waitReady(c *client.Client, out io.Writer, name, last string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		reply, err := request(c, &messages.SandboxRequest{Name: name, Verb: messages.Verb_VERB_GET})
-		if err != nil {
-			return err
-		}
-		st := reply.Sandbox
-		if st.Phase != last {
-			line := fmt.Sprintf("%s: %s", name, st.Phase)
-			if st.Reason != "" {
-				line += "/" + st.Reason
-			}
-			if st.Message != "" && st.Phase != "Ready" {
-				line += ": " + st.Message
-			}
-			fmt.Fprintln(out, line)
-			last = st.Phase
-		}
-		switch st.Phase {
-		case "Ready", "Completed":
-			return nil
-		case "Error":
-			if st.Reason == "RecoveryExhausted" {
-				return &exitError{exitFailure, fmt.Errorf("sandbox %s: %s: %s (stockade sandbox recover %s tries again)", name, st.Reason, st.Message, name)}
-			}
-		}
-		if time.Now().After(deadline) {
-			return &exitError{exitFailure, fmt.Errorf("sandbox %s is %s after %s (see stockade sandbox get %s)", name, st.Phase, timeout, name)}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag string, flagVerb messages.Verb) *cobra.Command {
+func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag string, flagVerb messages.Verb, example string) *cobra.Command {
 	var alt bool
+	var w waitOpts
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Use:               use,
+		Short:             short,
+		Long:              short + ".\n\n" + waitHelp,
+		Example:           example,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeFirstSandboxName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v := verb
 			if alt {
 				v = flagVerb
 			}
-			reply, err := co.call(cmd, &messages.SandboxRequest{Name: args[0], Verb: v})
+			c, err := co.dial(cmd)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], reply.Sandbox.Phase)
-			return nil
+			defer c.Close()
+			start := time.Now()
+			reply, err := request(c, &messages.SandboxRequest{Name: args[0], Verb: v})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %s\n", args[0], reply.Sandbox.Phase)
+			if w.noWait {
+				return nil
+			}
+			return waitFor(c, out, goalOf(v), reply.Sandbox, start, w.timeout)
 		},
 	}
+	w.addFlags(cmd)
 	if flag != "" {
 		cmd.Flags().BoolVar(&alt, flag, false, map[string]string{
 			"force":          "kill at once, without the grace period",
@@ -251,20 +265,26 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 	return cmd
 }
 
-// statusView is `sandbox get -o json|yaml`: camelCase keys, stable (DESIGN.md).
+// statusView is `sandbox get -o json|yaml` (and each item of `list`):
+// camelCase keys, stable (docs/cli.md). One rule for empty values: a
+// string that is empty (no reason, no message, no retry planned) and a pid
+// that is 0 (no process) are omitted; counts (recoveryAttempts,
+// policyVersion) are always present; restarts and transitions are always
+// present, {} and [] when empty; resources is omitted when the gateway
+// reports none.
 type statusView struct {
 	Name             string           `json:"name" yaml:"name"`
 	UID              string           `json:"uid,omitempty" yaml:"uid,omitempty"` // this creation (its logs)
 	Phase            string           `json:"phase" yaml:"phase"`
-	Reason           string           `json:"reason" yaml:"reason"`
-	Message          string           `json:"message" yaml:"message"`
-	Since            string           `json:"since" yaml:"since"`
+	Reason           string           `json:"reason,omitempty" yaml:"reason,omitempty"`
+	Message          string           `json:"message,omitempty" yaml:"message,omitempty"`
+	Since            string           `json:"since,omitempty" yaml:"since,omitempty"`
 	RecoveryAttempts int32            `json:"recoveryAttempts" yaml:"recoveryAttempts"`
-	NextRetry        string           `json:"nextRetry" yaml:"nextRetry"`
+	NextRetry        string           `json:"nextRetry,omitempty" yaml:"nextRetry,omitempty"`
 	PolicyVersion    uint64           `json:"policyVersion" yaml:"policyVersion"`
-	Workspace        string           `json:"workspace" yaml:"workspace"`
-	SupervisorPid    int32            `json:"supervisorPid" yaml:"supervisorPid"`
-	WorkloadPid      int32            `json:"workloadPid" yaml:"workloadPid"`
+	Workspace        string           `json:"workspace,omitempty" yaml:"workspace,omitempty"`
+	SupervisorPid    int32            `json:"supervisorPid,omitempty" yaml:"supervisorPid,omitempty"`
+	WorkloadPid      int32            `json:"workloadPid,omitempty" yaml:"workloadPid,omitempty"`
 	Restarts         map[string]int64 `json:"restarts" yaml:"restarts"`
 	Transitions      []transitionView `json:"transitions" yaml:"transitions"`
 	Resources        *resourcesView   `json:"resources,omitempty" yaml:"resources,omitempty"`
@@ -289,18 +309,11 @@ type resourcesView struct {
 }
 
 type transitionView struct {
-	From    string `json:"from" yaml:"from"`
+	From    string `json:"from,omitempty" yaml:"from,omitempty"`
 	To      string `json:"to" yaml:"to"`
-	Reason  string `json:"reason" yaml:"reason"`
+	Reason  string `json:"reason,omitempty" yaml:"reason,omitempty"`
 	At      string `json:"at" yaml:"at"`
 	Message string `json:"message,omitempty" yaml:"message,omitempty"`
-}
-
-func msTime(ms int64) string {
-	if ms == 0 {
-		return ""
-	}
-	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 }
 
 func viewOf(s *messages.SandboxStatus) statusView {
@@ -323,6 +336,8 @@ func viewOf(s *messages.SandboxStatus) statusView {
 	return v
 }
 
+// render prints v as JSON (indented), YAML (maps with sorted keys, like
+// JSON) or the table.
 func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) error {
 	switch format {
 	case "json":
@@ -340,78 +355,136 @@ func render(w io.Writer, format string, v any, table func(*tabwriter.Writer)) er
 	}
 }
 
+// addOutputFlag adds -o with its values completed.
+func addOutputFlag(cmd *cobra.Command, p *string, def string, values ...string) {
+	usage := strings.Join(values[:len(values)-1], ", ") + " or " + values[len(values)-1]
+	cmd.Flags().StringVarP(p, "output", "o", def, usage)
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// statusTable is `get`'s table: one "label value" row per key of the JSON
+// form, in the same order.
+func statusTable(tw *tabwriter.Writer, v statusView, now time.Time) {
+	since := "-"
+	if v.Since != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v.Since); err == nil {
+			since = v.Since + " (" + age(t, now) + " ago)"
+		}
+	}
+	fmt.Fprintf(tw, "name\t%s\nuid\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%s\nworkload pid\t%s\n",
+		v.Name, dash(v.UID), v.Phase, dash(v.Reason), dash(v.Message), since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion,
+		dash(v.Workspace), pidText(v.SupervisorPid), pidText(v.WorkloadPid))
+	fmt.Fprintf(tw, "restarts\t%s\n", countsText(v.Restarts))
+	if r := v.Resources; r != nil {
+		limits := fmt.Sprintf("pids %s, memory %s, cpus %s, io %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
+			cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)),
+			orNone(r.IOBps, cgroup.FormatBytes(r.IOBps)+"/s"))
+		if !r.Enforced {
+			limits += " (not enforced: " + dash(r.Note) + ")"
+		}
+		fmt.Fprintf(tw, "limits\t%s\n", limits)
+		fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
+			(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
+	}
+	fmt.Fprintln(tw, "transitions\t(time, from -> to, reason; -o json adds each message)")
+	for _, t := range v.Transitions {
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, dash(t.From), t.To, dash(t.Reason))
+	}
+}
+
+func pidText(pid int32) string {
+	if pid == 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(pid))
+}
+
 func newGetCmd(co *clientOpts) *cobra.Command {
 	var format string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "get NAME [-o table|json|yaml]",
+		Use:   "get NAME [-o table|json|yaml] [-w]",
 		Short: "Show a sandbox: phase, reason, message, recovery, pids, transitions",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a sandbox: phase, reason, message, recovery, pids, limits and use, and
+its recent transitions. -o json and -o yaml print the keys docs/cli.md
+lists (empty values omitted). -w prints one line now and one line per change
+of phase, reason, message or pids (polled every 300 ms) until Ctrl-C (exit
+0) or the sandbox is deleted (a last line says so; exit 0).`,
+		Example: `  stockade sandbox get demo
+  stockade sandbox get demo -o json | jq -r .phase
+  stockade sandbox get demo -w`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeFirstSandboxName,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				if format != "table" {
+					return &exitError{exitUsage, fmt.Errorf("-w prints one line per change; -o %s is for a single get (leave out -w or -o)", format)}
+				}
+				return co.watch(cmd, args[0])
+			}
 			reply, err := co.call(cmd, &messages.SandboxRequest{Name: args[0], Verb: messages.Verb_VERB_GET})
 			if err != nil {
 				return err
 			}
 			v := viewOf(reply.Sandbox)
-			return render(cmd.OutOrStdout(), format, v, func(tw *tabwriter.Writer) {
-				fmt.Fprintf(tw, "name\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%d\nworkload pid\t%d\n",
-					v.Name, v.Phase, dash(v.Reason), dash(v.Message), v.Since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion, v.Workspace, v.SupervisorPid, v.WorkloadPid)
-				var rs []string
-				for k, n := range v.Restarts {
-					rs = append(rs, fmt.Sprintf("%s=%d", k, n))
-				}
-				fmt.Fprintf(tw, "restarts\t%s\n", dash(strings.Join(rs, " ")))
-				if r := v.Resources; r != nil {
-					limits := fmt.Sprintf("pids %s, memory %s, cpus %s, io %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
-						cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)),
-						orNone(r.IOBps, cgroup.FormatBytes(r.IOBps)+"/s"))
-					if !r.Enforced {
-						limits += " (not enforced: " + dash(r.Note) + ")"
-					}
-					fmt.Fprintf(tw, "limits\t%s\n", limits)
-					fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
-						(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
-				}
-				for _, t := range v.Transitions { // messages: -o json or yaml
-					fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, t.From, t.To, t.Reason)
-				}
-			})
+			return render(cmd.OutOrStdout(), format, v, func(tw *tabwriter.Writer) { statusTable(tw, v, time.Now()) })
 		},
 	}
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "table, json or yaml")
+	addOutputFlag(cmd, &format, "table", "table", "json", "yaml")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print a line per change until Ctrl-C")
 	return cmd
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
+// listTable is `list`'s table: AGE is the time in the current phase.
+func listTable(tw *tabwriter.Writer, list []*messages.SandboxStatus, now time.Time) {
+	fmt.Fprintln(tw, "NAME\tPHASE\tREASON\tAGE\tRESTARTS")
+	for _, s := range list {
+		var restarts int64
+		for _, n := range s.Restarts {
+			restarts += n
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.Name, s.Phase, dash(s.Reason), ageMs(s.SinceUnixMs, now), restarts)
 	}
-	return s
 }
 
 func newListCmd(co *clientOpts) *cobra.Command {
 	var format string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [-o table|json|yaml]",
-		Short: "List sandboxes",
-		Args:  cobra.NoArgs,
+		Use:     "list [-o table|json|yaml] [-w]",
+		Aliases: []string{"ls"},
+		Short:   "List sandboxes",
+		Long: `List the gateway's sandboxes, by name: NAME, PHASE, REASON, AGE (time in
+the current phase: 5s, 3m, 2h, 4d) and RESTARTS (the sum of the restarts
+counts). -o json and -o yaml print a list of the objects "get -o json"
+prints (with "since", the time AGE counts from). -w prints one line per
+sandbox now and one line per change (a sandbox created, changed or deleted),
+polled every 300 ms, until Ctrl-C (exit 0).`,
+		Example: `  stockade sandbox list
+  stockade sandbox ls -o json | jq -r '.[] | select(.phase != "Ready") | .name'
+  stockade sandbox list -w`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if watch {
+				if format != "table" {
+					return &exitError{exitUsage, fmt.Errorf("-w prints one line per change; -o %s is for a single list (leave out -w or -o)", format)}
+				}
+				return co.watch(cmd, "")
+			}
 			reply, err := co.call(cmd, &messages.ListRequest{})
 			if err != nil {
 				return err
 			}
+			sortByName(reply.Sandboxes)
 			views := []statusView{}
 			for _, s := range reply.Sandboxes {
 				views = append(views, viewOf(s))
 			}
-			return render(cmd.OutOrStdout(), format, views, func(tw *tabwriter.Writer) {
-				fmt.Fprintln(tw, "NAME\tPHASE\tREASON\tSINCE")
-				for _, v := range views {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.Phase, dash(v.Reason), v.Since)
-				}
-			})
+			return render(cmd.OutOrStdout(), format, views, func(tw *tabwriter.Writer) { listTable(tw, reply.Sandboxes, time.Now()) })
 		},
 	}
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "table, json or yaml")
+	addOutputFlag(cmd, &format, "table", "table", "json", "yaml")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print a line per change until Ctrl-C")
 	return cmd
 }
 
@@ -421,6 +494,8 @@ func newFaultCmd(co *clientOpts) *cobra.Command {
 		Use:    "fault (NAME | --gateway) POINT=KIND[:COUNT][@SKIP]",
 		Short:  "Arm a fault in a sandbox's supervisor or in the gateway (testing, chaos)",
 		Hidden: true,
+		Example: `  stockade sandbox fault demo session.silence=error:5
+  stockade sandbox fault --gateway supervisor.start=error:1`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if want := map[bool]int{true: 1, false: 2}[gw]; len(args) != want {
 				return fmt.Errorf("want NAME POINT=KIND, or --gateway POINT=KIND")
@@ -457,4 +532,156 @@ func orNone(n int64, s string) string {
 		return "none"
 	}
 	return s
+}
+
+// newDeleteCmd is `sandbox delete NAME... | --all`: every delete is sent,
+// then the command waits until all are gone. The exit code is the largest
+// of the per-name codes (0 only when every one was deleted).
+func newDeleteCmd(co *clientOpts) *cobra.Command {
+	var keep, all bool
+	var w waitOpts
+	cmd := &cobra.Command{
+		Use:     "delete (NAME... | --all) [--keep-workspace] [--no-wait] [--timeout D]",
+		Aliases: []string{"rm"},
+		Short:   "Delete sandboxes and their workspaces, and wait until they are gone",
+		Long: `Delete each NAME (or, with --all, every sandbox the gateway lists) and its
+workspace (--keep-workspace keeps it: a sandbox created again with the same
+name finds it). Every delete is sent first; then the command waits until
+each is gone, printing "NAME: deleted (+T)".
+
+Exit status: the largest of the per-name exit codes, so 0 only when every
+sandbox was deleted; each failure is printed on stderr as it happens (3: no
+such sandbox, 4: refused, 5: no gateway, 1: not gone within --timeout).
+--all with no sandboxes is 0. --no-wait returns once every delete was
+accepted.`,
+		Example: `  stockade sandbox delete demo
+  stockade sandbox rm a b c
+  stockade sandbox delete --all --no-wait
+  stockade sandbox delete demo --keep-workspace`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return &exitError{exitUsage, fmt.Errorf("delete: give NAMEs or --all, not both")}
+			case !all && len(args) == 0:
+				return &exitError{exitUsage, fmt.Errorf("delete: name at least one sandbox, or --all (stockade sandbox list shows them)")}
+			}
+			return nil
+		},
+		ValidArgsFunction: completeSandboxNames,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			verb := messages.Verb_VERB_DELETE
+			if keep {
+				verb = messages.Verb_VERB_DELETE_KEEP_WORKSPACE
+			}
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			names := args
+			if all {
+				reply, err := request(c, &messages.ListRequest{})
+				if err != nil {
+					return err
+				}
+				for _, s := range reply.Sandboxes {
+					names = append(names, s.Name)
+				}
+			}
+			return deleteAll(c, cmd.OutOrStdout(), cmd.ErrOrStderr(), names, verb, w)
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep-workspace", false, "keep the workspace directory")
+	cmd.Flags().BoolVar(&all, "all", false, "delete every sandbox the gateway lists")
+	w.addFlags(cmd)
+	return cmd
+}
+
+// deleteAll sends every delete, then waits for each to be gone. A single
+// name fails with its own error; several print each failure on errOut and
+// fail with the largest code (worstExit).
+func deleteAll(c *client.Client, out, errOut io.Writer, names []string, verb messages.Verb, w waitOpts) error {
+	start := time.Now()
+	failed := map[string]error{}
+	var pending []*messages.SandboxStatus
+	for _, n := range names {
+		reply, err := request(c, &messages.SandboxRequest{Name: n, Verb: verb})
+		if err != nil {
+			failed[n] = err
+			if len(names) > 1 {
+				fmt.Fprintln(errOut, "stockade:", err)
+			}
+			continue
+		}
+		fmt.Fprintf(out, "%s: %s\n", n, reply.Sandbox.Phase)
+		pending = append(pending, reply.Sandbox)
+	}
+	if !w.noWait {
+		type result struct {
+			name string
+			err  error
+		}
+		// One goroutine per name; all share the one connection.
+		done := make(chan result, len(pending))
+		var mu sync.Mutex // one line at a time on out
+		for _, st := range pending {
+			go func(st *messages.SandboxStatus) {
+				done <- result{st.Name, waitFor(c, &lockedWriter{w: out, mu: &mu}, goalGone, st, start, w.timeout)}
+			}(st)
+		}
+		for range pending {
+			r := <-done
+			if r.err != nil {
+				failed[r.name] = r.err
+				if len(names) > 1 {
+					fmt.Fprintln(errOut, "stockade:", r.err)
+				}
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	if len(names) == 1 {
+		return failed[names[0]]
+	}
+	var codes []int
+	for _, err := range failed {
+		codes = append(codes, exitCodeOf(err))
+	}
+	return &exitError{worstExit(codes...), fmt.Errorf("delete: %d of %d sandboxes not deleted (see above)", len(failed), len(names))}
+}
+
+// worstExit is the exit code of several results: the largest.
+func worstExit(codes ...int) int {
+	worst := exitOK
+	for _, c := range codes {
+		worst = max(worst, c)
+	}
+	return worst
+}
+
+// exitCodeOf is the exit code main gives err.
+func exitCodeOf(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		return exitFailure
+	}
+}
+
+// lockedWriter serialises writes of goroutines sharing one writer.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -116,7 +117,7 @@ func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, er
 	if dirs, _ := filepath.Glob(d.layout().Logs(name, "*")); len(dirs) > 0 {
 		log = filepath.Join(dirs[len(dirs)-1], contract.SupervisorLog)
 	}
-	return &proc{Handle: h, log: log}, nil
+	return &proc{Handle: h, log: log, drift: d.drift(name)}, nil
 }
 
 // Remove implements driver.Driver.
@@ -139,6 +140,9 @@ func (d *Driver) Remove(_ context.Context, name, uid string, keepWorkspace bool)
 type proc struct {
 	*Handle
 	log string
+	// drift: the boundary settings this adopted supervisor runs with
+	// differ from the gateway's (Drift); "" for a supervisor started here.
+	drift string
 }
 
 func (p *proc) Pid() int { return p.Handle.Pid }
@@ -148,10 +152,26 @@ func (p *proc) Err() error {
 	if err == nil {
 		return nil
 	}
-	if last := lastLine(p.log); last != "" {
+	last := lastLine(p.log)
+	if cannotStart(err) {
+		// The supervisor's last line is the whole message (path and fix).
+		if last = strings.TrimPrefix(last, "stockade: "); last == "" {
+			last = "the supervisor gave no reason (see its supervisor.log)"
+		}
+		return fmt.Errorf("%w: %s", driver.ErrCannotStart, last)
+	}
+	if last != "" {
 		return fmt.Errorf("%w: %s", err, last)
 	}
 	return err
+}
+
+// cannotStart reports whether the supervisor exited with
+// contract.ExitSupervisorCannotStart: its sandbox cannot start, and a retry
+// would fail the same way. An adopted supervisor's status is unknown.
+func cannotStart(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == contract.ExitSupervisorCannotStart
 }
 
 // specLimits hands effective limits to the supervisor (-1: unlimited).

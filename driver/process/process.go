@@ -68,7 +68,7 @@ func Start(s Spec) (*Handle, error) {
 		err := cmd.Wait() // we are the parent: reap it
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return fmt.Errorf("supervisor exited: %s", ee.ProcessState)
+			return fmt.Errorf("supervisor exited: %w", ee) // errors.As-able: driver.go reads the code
 		}
 		if err != nil {
 			return fmt.Errorf("supervisor wait: %w", err)

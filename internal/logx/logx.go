@@ -4,6 +4,8 @@
 package logx
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -36,13 +38,86 @@ func ConfigureGlobals() {
 
 // ActorSystemOption routes protoactor's slog output into l, tagged with
 // component=protoactor. protoactor logs a lot at info; its records are kept
-// at warn and above unless l is at debug.
+// at warn and above unless l is at debug. Its records about remote
+// connections coming and going (every client verb opens and closes one)
+// are logged at debug (ProtoactorHandler).
 func ActorSystemOption(l zerolog.Logger) actor.ConfigOption {
 	return actor.WithLoggerFactory(func(sys *actor.ActorSystem) *slog.Logger {
-		pl := l.With().Str("component", "protoactor").Logger()
-		if l.GetLevel() > zerolog.DebugLevel {
-			pl = pl.Level(zerolog.WarnLevel)
-		}
-		return slog.New(zerolog.NewSlogHandler(pl))
+		return slog.New(ProtoactorHandler(l))
 	})
+}
+
+// ProtoactorHandler is the slog handler ActorSystemOption gives
+// protoactor: records into l (component=protoactor, warn and above unless
+// l is at debug), connection churn lowered to debug (see churn).
+func ProtoactorHandler(l zerolog.Logger) slog.Handler {
+	pl := l.With().Str("component", "protoactor").Logger()
+	if l.GetLevel() > zerolog.DebugLevel {
+		pl = pl.Level(zerolog.WarnLevel)
+	}
+	return churnHandler{zerolog.NewSlogHandler(pl)}
+}
+
+// churnHandler lowers protoactor's records about a remote connection
+// ending to debug: a client verb connects, gets its reply and exits, and
+// protoactor's remote then logs "EndpointWriter lost connection ... EOF" at
+// error level on the other side. What such a loss means (a supervisor's
+// session lost, a client gone) is logged by our own actors; other
+// protoactor errors keep their level.
+type churnHandler struct{ next slog.Handler }
+
+func (h churnHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h churnHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level > slog.LevelDebug && churn(r) {
+		if !h.next.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h churnHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return churnHandler{h.next.WithAttrs(as)}
+}
+
+func (h churnHandler) WithGroup(name string) slog.Handler {
+	return churnHandler{h.next.WithGroup(name)}
+}
+
+// churn says whether a protoactor record is a remote connection ending in
+// the ordinary way (messages of protoactor-go's remote package, checked
+// against a gateway serving client verbs).
+func churn(r slog.Record) bool {
+	switch r.Message {
+	case "EndpointWriter lost connection":
+		// The peer closed or reset the stream (gRPC Unavailable or
+		// Canceled); another cause is still reported as it came.
+		e := recordError(r)
+		for _, s := range []string{"code = Unavailable", "code = Canceled", "EOF", "connection reset"} {
+			if strings.Contains(e, s) {
+				return true
+			}
+		}
+		return false
+	case "EndpointWriter error when closing the stream", "EndpointWriter error when closing the client conn",
+		"EndpointReader failed to send disconnection message", "EndpointReader failed to read", "EndpointReader is closing",
+		"EndpointWatcher handling terminated", "EndpointWriter closing client connection":
+		return true
+	}
+	return false
+}
+
+// recordError is the text of a record's "error" attribute ("" without).
+func recordError(r slog.Record) string {
+	var e string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" {
+			e = fmt.Sprint(a.Value.Any())
+			return false
+		}
+		return true
+	})
+	return e
 }

@@ -42,7 +42,15 @@
 //     the Filesystem spec, marks every descriptor above stderr
 //     close-on-exec (close_range) and execs the workload with HTTP(S)_PROXY
 //     pointing at the proxy. A failure before execve (a missing binary, a
-//     hard_requirement path) fails Start with the cause.
+//     hard_requirement path) fails Start with the cause; one no retry can
+//     heal (the command missing or not executable, a missing workdir or
+//     hard_requirement path) is marked ErrCannotStart across the stages,
+//     its text naming the path and the fix (CannotStartReason).
+//
+// Filesystem.BaselineReadOnly and BaselineReadWrite (the caller's baseline,
+// e.g. policy.Baseline) are bound and allowed besides the policy's lists; a
+// missing baseline path is skipped silently. Spec.ProxyLoopback takes
+// loopback names out of the workload's NO_PROXY.
 //
 // Sandbox.Exec runs another process in a running sandbox without setns:
 // the parent sends init a request (an ID, argv, env, workdir, session and

@@ -37,8 +37,9 @@ type ExecSpec struct {
 	Setsid, Setctty bool
 }
 
-// request validates e, fills defaults and returns what init gets.
-func (e ExecSpec) request() (*execRequest, error) {
+// request validates e, fills defaults and returns what init gets;
+// viaProxy is the sandbox's Spec.ProxyLoopback.
+func (e ExecSpec) request(viaProxy []string) (*execRequest, error) {
 	if len(e.Argv) == 0 || e.Argv[0] == "" {
 		return nil, errors.New("empty Argv")
 	}
@@ -49,7 +50,7 @@ func (e ExecSpec) request() (*execRequest, error) {
 	if e.Setctty && (!e.Setsid || e.Stdin == nil) {
 		return nil, errors.New("a controlling terminal (Setctty) needs Setsid and a terminal as Stdin")
 	}
-	return &execRequest{Argv: e.Argv, Env: workloadEnv(e.Env, wd), Workdir: wd, Setsid: e.Setsid, Setctty: e.Setctty}, nil
+	return &execRequest{Argv: e.Argv, Env: workloadEnv(e.Env, wd, viaProxy), Workdir: wd, Setsid: e.Setsid, Setctty: e.Setctty}, nil
 }
 
 // Process is a process started by Exec. Its methods are safe for
@@ -85,7 +86,7 @@ type Process struct {
 // exits, and they die with it; their Wait then returns ErrInitExited.
 // Exec after the workload has exited returns ErrWorkloadExited.
 func (s *Sandbox) Exec(ctx context.Context, e ExecSpec) (*Process, error) {
-	req, err := e.request()
+	req, err := e.request(s.viaProxy)
 	if err != nil {
 		return nil, fmt.Errorf("nsrun: exec: %w", err)
 	}

@@ -38,7 +38,7 @@ func runExec() int {
 		return exitNoChannel
 	}
 	fail := func(err error) int {
-		_ = send(conn, message{Kind: msgFailed, Error: err.Error()})
+		_ = send(conn, failure(0, err))
 		return exitFailed
 	}
 	m, fds, err := recv(conn)
@@ -82,7 +82,7 @@ func runExec() int {
 		}
 	}
 	err = syscall.Exec(path, cfg.Argv, cfg.Env)
-	return fail(fmt.Errorf("execve %s: %w", path, err))
+	return fail(execFailure(path, err, cfg))
 }
 
 // prepareWorkload sets the workload's ids, capabilities, working directory,
@@ -103,7 +103,11 @@ func prepareWorkload(cfg *stageConfig) (int, []string, error) {
 		return 0, nil, fmt.Errorf("setresuid %d: %w", cfg.UID, err)
 	}
 	if err := unix.Chdir(cfg.Workdir); err != nil {
-		return 0, nil, fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
+		err = fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EACCES) {
+			err = permanent(fmt.Errorf("%w: the working directory must exist in the sandbox and be allowed by its filesystem_policy: create it in the workspace, or choose another", err))
+		}
+		return 0, nil, err
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, nil, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
@@ -111,13 +115,21 @@ func prepareWorkload(cfg *stageConfig) (int, []string, error) {
 	return applyLandlock(cfg.Mode, landlockRules(cfg))
 }
 
+// landlockRules are the policy's paths, then the baseline's (skipped
+// silently when missing, in either mode), then /dev/null and /dev/zero.
 func landlockRules(cfg *stageConfig) []pathRule {
-	rules := make([]pathRule, 0, len(cfg.ReadOnly)+len(cfg.ReadWrite)+2)
+	rules := make([]pathRule, 0, len(cfg.ReadOnly)+len(cfg.ReadWrite)+len(cfg.BaselineReadOnly)+len(cfg.BaselineReadWrite)+2)
 	for _, p := range cfg.ReadOnly {
 		rules = append(rules, pathRule{list: "read_only", path: p, access: accessReadOnly})
 	}
 	for _, p := range cfg.ReadWrite {
 		rules = append(rules, pathRule{list: "read_write", path: p, access: accessAll})
+	}
+	for _, p := range cfg.BaselineReadOnly {
+		rules = append(rules, pathRule{list: "baseline read_only", path: p, access: accessReadOnly, optional: true})
+	}
+	for _, p := range cfg.BaselineReadWrite {
+		rules = append(rules, pathRule{list: "baseline read_write", path: p, access: accessAll, optional: true})
 	}
 	for _, p := range []string{"/dev/null", "/dev/zero"} {
 		rules = append(rules, pathRule{list: "always", path: p, access: accessAll})
@@ -176,7 +188,7 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: executable not found in PATH %q", name, path)
+	return "", permanent(fmt.Errorf("%s: executable not found in PATH %q: the command is not in the sandbox; check its name, or give its absolute path", name, path))
 }
 
 // defaultSignals gives the workload default signal dispositions and an

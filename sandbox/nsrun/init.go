@@ -33,7 +33,7 @@ func runInit() int {
 	st := &initState{parent: parent, byPid: map[int]*child{}, byID: map[uint64]*child{}}
 	if err := st.setUp(); err != nil {
 		// Best effort: the parent may be gone already.
-		_ = send(parent, message{Kind: msgFailed, Error: err.Error()})
+		_ = send(parent, failure(0, err))
 		return exitFailed
 	}
 	go st.reap(children)
@@ -153,7 +153,7 @@ func (st *initState) exec(m message, fds []int) {
 		return st.reportStarted(c, message{Kind: msgExecStarted, ID: m.ID, Pid: c.pid})
 	}()
 	if err != nil {
-		_ = send(st.parent, message{Kind: msgFailed, ID: m.ID, Error: err.Error()})
+		_ = send(st.parent, failure(m.ID, err))
 	}
 }
 
@@ -273,6 +273,9 @@ func (st *initState) signal(id uint64, sig syscall.Signal) {
 
 // stageError turns an unexpected or failed message into an error.
 func stageError(m message) error {
+	if m.Kind == msgFailed && m.Permanent {
+		return permanentText(m.Error)
+	}
 	if m.Kind == msgFailed {
 		return errors.New(m.Error)
 	}

@@ -1,6 +1,7 @@
 package nsrun
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -56,9 +57,11 @@ func landlockABI() (int, error) {
 }
 
 type pathRule struct {
-	list   string // "read_only", "read_write", "always"
+	list   string // "read_only", "read_write", "baseline read_only", "baseline read_write", "always"
 	path   string
 	access uint64
+	// optional: a baseline path; missing, it is skipped without a word.
+	optional bool
 }
 
 // applyLandlock restricts the calling thread, and what it execs, to the
@@ -68,7 +71,7 @@ func applyLandlock(mode Mode, rules []pathRule) (int, []string, error) {
 	abi, err := landlockABI()
 	if err != nil {
 		if mode == HardRequirement {
-			return 0, nil, fmt.Errorf("landlock unavailable (hard_requirement): %w", err)
+			return 0, nil, permanent(fmt.Errorf("landlock unavailable (hard_requirement): %w: this kernel cannot enforce the filesystem policy; use landlock.compatibility: best_effort, or a kernel with Landlock (5.13 or later)", err))
 		}
 		return 0, []string{fmt.Sprintf("landlock unavailable, filesystem policy not enforced: %v", err)}, nil
 	}
@@ -90,8 +93,11 @@ func applyLandlock(mode Mode, rules []pathRule) (int, []string, error) {
 	var warnings []string
 	for _, r := range rules {
 		err := addPathRule(int(rfd), r.path, r.access&attr.handledAccessFS)
-		if err == nil {
+		if err == nil || (r.optional && errors.Is(err, unix.ENOENT)) {
 			continue
+		}
+		if mode == HardRequirement && errors.Is(err, unix.ENOENT) {
+			return abi, nil, permanent(fmt.Errorf("filesystem_policy %s %s: %w (hard_requirement): the path does not exist in the sandbox; remove it from the policy, or use landlock.compatibility: best_effort", r.list, r.path, err))
 		}
 		if mode == HardRequirement {
 			return abi, nil, fmt.Errorf("filesystem_policy %s %s: %w (hard_requirement)", r.list, r.path, err)

@@ -310,7 +310,8 @@ func viewAll(cfg *stageConfig) bool {
 func buildView(cfg *stageConfig) ([]string, error) {
 	seen := map[string]bool{}
 	var paths []string
-	for _, p := range append(append(baselinePaths(), cfg.ReadOnly...), cfg.ReadWrite...) {
+	all := append(append(append(append(baselinePaths(), cfg.BaselineReadOnly...), cfg.BaselineReadWrite...), cfg.ReadOnly...), cfg.ReadWrite...)
+	for _, p := range all {
 		p = filepath.Clean(p)
 		if filepath.IsAbs(p) && !ownPath(p) && !seen[p] {
 			seen[p] = true

@@ -344,22 +344,67 @@ func TestFilesystemModes(t *testing.T) {
 func TestStartFailures(t *testing.T) {
 	needSandbox(t)
 	for _, tc := range []struct {
-		name string
-		argv []string
-		fs   Filesystem
-		want string
+		name    string
+		argv    []string
+		workdir string
+		fs      Filesystem
+		want    string
 	}{
-		{"not in PATH", []string{"nsrun-no-such-command"}, Filesystem{ReadOnly: baseReadOnly()}, "not found in PATH"},
-		{"missing binary", []string{"/nsrun/no/such/binary"}, Filesystem{ReadOnly: baseReadOnly()}, "execve /nsrun/no/such/binary: no such file"},
-		{"not executable under Landlock", []string{"/bin/true"}, Filesystem{}, "execve /bin/true: permission denied"},
+		{"not in PATH", []string{"nsrun-no-such-command"}, "", Filesystem{ReadOnly: baseReadOnly()}, "not found in PATH"},
+		{"missing binary", []string{"/nsrun/no/such/binary"}, "", Filesystem{ReadOnly: baseReadOnly()},
+			"the command /nsrun/no/such/binary does not exist in the sandbox: check the path (the sandbox sees /bin, "},
+		{"not executable under Landlock", []string{"/bin/true"}, "", Filesystem{},
+			"execve /bin/true: permission denied: the policy's filesystem_policy does not allow executing it (list /bin"},
+		{"not a program", []string{"/etc/hostname"}, "", Filesystem{ReadOnly: baseReadOnly()}, "execve /etc/hostname: permission denied"},
+		{"missing workdir", []string{"/bin/true"}, "/sandbox/no/such/dir", Filesystem{ReadOnly: baseReadOnly()}, "workdir /sandbox/no/such/dir: no such file"},
+		{"hard_requirement path", []string{"/bin/true"}, "", Filesystem{ReadOnly: append(baseReadOnly(), "/nsrun-no-such-path"), Mode: HardRequirement},
+			"read_only /nsrun-no-such-path: open: no such file or directory (hard_requirement): the path does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Start(context.Background(), Spec{Argv: tc.argv, Workspace: t.TempDir(), Filesystem: tc.fs})
+			_, err := Start(context.Background(), Spec{Argv: tc.argv, Workdir: tc.workdir, Workspace: t.TempDir(), Filesystem: tc.fs})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start error %v, want %q", err, tc.want)
 			}
+			if !errors.Is(err, ErrCannotStart) {
+				t.Fatalf("Start error %v is not ErrCannotStart: it would be retried", err)
+			}
 		})
 	}
+	t.Run("baseline only", func(t *testing.T) {
+		// No filesystem_policy: the baseline alone runs a shell, and a
+		// missing baseline path is skipped silently even in
+		// hard_requirement mode.
+		out := filepath.Join(t.TempDir(), "out")
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo ok; echo x > /tmp/w && cat /tmp/w"}, Workspace: t.TempDir(), Stdout: f,
+			Filesystem: Filesystem{Mode: HardRequirement,
+				BaselineReadOnly:  []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/nsrun-missing-baseline"},
+				BaselineReadWrite: []string{"/tmp", WorkspaceMount}}})
+		if err != nil {
+			t.Fatalf("Start with the baseline only: %v", err)
+		}
+		defer sb.Close()
+		if st, err := sb.Wait(); err != nil || !st.Success() {
+			t.Fatalf("workload: %v %v", st, err)
+		}
+		if b, _ := os.ReadFile(out); string(b) != "ok\nx\n" {
+			t.Fatalf("workload output %q, want ok and x", b)
+		}
+		if w := sb.Warnings(); len(w) != 0 {
+			t.Errorf("warnings %q, want none (a missing baseline path is skipped silently)", w)
+		}
+	})
+	t.Run("a transient failure is not permanent", func(t *testing.T) {
+		spec := bashSpec(t, "true")
+		spec.Executable = "/bin/true"
+		if _, err := Start(context.Background(), spec); err == nil || errors.Is(err, ErrCannotStart) {
+			t.Fatalf("Start error %v: init dying is not ErrCannotStart", err)
+		}
+	})
 	t.Run("init dies", func(t *testing.T) {
 		spec := bashSpec(t, "true")
 		spec.Executable = "/bin/true" // no stage to run: exits at once
@@ -530,12 +575,22 @@ func TestUnprivileged(t *testing.T) {
 }
 
 func TestWorkloadEnv(t *testing.T) {
-	got := workloadEnv([]string{"http_proxy=x", "PATH=/p", "A=1"}, "/w")
+	got := workloadEnv([]string{"http_proxy=x", "PATH=/p", "A=1"}, "/w", nil)
 	want := []string{"PATH=/p", "A=1", "HOME=/w",
 		"HTTP_PROXY=" + ProxyURL, "HTTPS_PROXY=" + ProxyURL, "http_proxy=" + ProxyURL, "https_proxy=" + ProxyURL,
 		"NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("workloadEnv = %q, want %q", got, want)
+	}
+	// A policy allowing 127.0.0.1: it goes through the proxy (audited);
+	// localhost, not listed, stays direct.
+	got = workloadEnv(nil, "/w", []string{"127.0.0.1"})
+	if !slices.Contains(got, "NO_PROXY=localhost") || !slices.Contains(got, "no_proxy=localhost") {
+		t.Fatalf("workloadEnv with 127.0.0.1 via the proxy = %q, want NO_PROXY=localhost", got)
+	}
+	got = workloadEnv(nil, "/w", []string{"127.0.0.1", "localhost"})
+	if !slices.Contains(got, "NO_PROXY=") || !slices.Contains(got, "no_proxy=") {
+		t.Fatalf("workloadEnv with both via the proxy = %q, want an empty NO_PROXY", got)
 	}
 }
 

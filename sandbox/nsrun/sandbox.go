@@ -68,6 +68,7 @@ type Sandbox struct {
 	workloadPid int
 	warnings    []string
 	landlockABI int
+	viaProxy    []string // Spec.ProxyLoopback, for Exec's environment
 
 	exited     chan struct{} // closed once status or waitErr is set
 	exitOnce   sync.Once
@@ -151,6 +152,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		exited:   make(chan struct{}),
 		initDone: make(chan struct{}),
 		procs:    map[uint64]*Process{},
+		viaProxy: spec.ProxyLoopback,
 	}
 	go func() {
 		err := cmd.Wait()

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -65,6 +66,15 @@ type Filesystem struct {
 	ReadOnly []string
 	// ReadWrite paths get every access right the kernel handles.
 	ReadWrite []string
+	// BaselineReadOnly and BaselineReadWrite are what every sandbox gets
+	// besides the policy's lists (the caller's baseline, OpenShell's
+	// "baseline enrichment"): they are bound into the root's view and
+	// added to Landlock like ReadOnly and ReadWrite, but a missing one is
+	// skipped without a warning in either Mode. A baseline path the policy
+	// lists itself keeps the policy's access, and a baseline read-write
+	// path is left out when the policy lists it, or a path beneath it,
+	// read-only (the policy's narrower intent wins).
+	BaselineReadOnly, BaselineReadWrite []string
 	// IncludeWorkdir adds the workload's working directory to ReadWrite.
 	IncludeWorkdir bool
 	// Mode: BestEffort (also the zero value) or HardRequirement.
@@ -80,6 +90,13 @@ type Spec struct {
 	// http_proxy, https_proxy, NO_PROXY and no_proxy are always replaced;
 	// PATH and HOME get defaults when absent.
 	Env []string
+	// ProxyLoopback lists loopback hosts ("localhost", "127.0.0.1") that
+	// must go through the proxy: they are left out of NO_PROXY, which
+	// otherwise names both (DefaultNoProxy). The caller lists those its
+	// policy allows as endpoints, so a request to them is mediated and
+	// audited (and reaches the host's loopback through the boundary, not
+	// the sandbox's own).
+	ProxyLoopback []string
 	// Workspace is the host directory mounted on /sandbox. As root, Start
 	// makes it owned by the sandbox user's host uid/gid (not recursively).
 	Workspace string
@@ -132,21 +149,24 @@ type Spec struct {
 
 // stageConfig is what the parent sends to init and init to the exec stage.
 type stageConfig struct {
-	Argv       []string `json:"argv"`
-	Env        []string `json:"env"`
-	Workdir    string   `json:"workdir"`
-	Workspace  string   `json:"workspace"`
-	UID        uint32   `json:"uid"`
-	GID        uint32   `json:"gid"`
-	SetGroups  bool     `json:"set_groups"`
-	ReadOnly   []string `json:"read_only"`
-	ReadWrite  []string `json:"read_write"`
-	Mode       Mode     `json:"mode"`
-	Hidden     []string `json:"hidden"`
-	Hostname   string   `json:"hostname"`
-	ResolvConf string   `json:"resolv_conf"`
-	TmpfsBytes int64    `json:"tmpfs_bytes,omitempty"`
-	NoSeccomp  bool     `json:"no_seccomp,omitempty"`
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env"`
+	Workdir   string   `json:"workdir"`
+	Workspace string   `json:"workspace"`
+	UID       uint32   `json:"uid"`
+	GID       uint32   `json:"gid"`
+	SetGroups bool     `json:"set_groups"`
+	ReadOnly  []string `json:"read_only"`
+	ReadWrite []string `json:"read_write"`
+	// The baseline after merging with the policy's lists (prepare).
+	BaselineReadOnly  []string `json:"baseline_read_only,omitempty"`
+	BaselineReadWrite []string `json:"baseline_read_write,omitempty"`
+	Mode              Mode     `json:"mode"`
+	Hidden            []string `json:"hidden"`
+	Hostname          string   `json:"hostname"`
+	ResolvConf        string   `json:"resolv_conf"`
+	TmpfsBytes        int64    `json:"tmpfs_bytes,omitempty"`
+	NoSeccomp         bool     `json:"no_seccomp,omitempty"`
 }
 
 // idMapping is the user namespace layout for one Start.
@@ -200,8 +220,9 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 	if s.Filesystem.IncludeWorkdir {
 		cfg.ReadWrite = append(append([]string(nil), cfg.ReadWrite...), cfg.Workdir)
 	}
-	cfg.Env = workloadEnv(s.Env, cfg.Workdir)
-	for _, group := range [][]string{cfg.ReadOnly, cfg.ReadWrite, cfg.Hidden, {cfg.Workdir, cfg.ResolvConf}} {
+	cfg.BaselineReadOnly, cfg.BaselineReadWrite = mergeBaseline(s.Filesystem, cfg.ReadOnly, cfg.ReadWrite)
+	cfg.Env = workloadEnv(s.Env, cfg.Workdir, s.ProxyLoopback)
+	for _, group := range [][]string{cfg.ReadOnly, cfg.ReadWrite, cfg.BaselineReadOnly, cfg.BaselineReadWrite, cfg.Hidden, {cfg.Workdir, cfg.ResolvConf}} {
 		for _, p := range group {
 			if !filepath.IsAbs(p) {
 				return nil, idMapping{}, fmt.Errorf("spec: path %q is not absolute", p)
@@ -228,13 +249,63 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 	return cfg, m, nil
 }
 
-// workloadEnv returns env with the proxy variables forced and PATH and HOME
-// defaulted.
-func workloadEnv(env []string, home string) []string {
+// DefaultNoProxy is the workload's NO_PROXY when its policy allows no
+// loopback endpoint: requests to its own loopback stay inside the sandbox.
+func DefaultNoProxy() []string { return []string{"localhost", "127.0.0.1"} }
+
+// noProxy returns DefaultNoProxy without the hosts that must go through the
+// proxy.
+func noProxy(viaProxy []string) string {
+	var keep []string
+	for _, h := range DefaultNoProxy() {
+		if !slices.Contains(viaProxy, h) {
+			keep = append(keep, h)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+// mergeBaseline returns the baseline paths to add besides the policy's
+// lists (ro and rw as prepared): those the policy does not list itself,
+// and, for read-write ones, not when the policy lists them or a path
+// beneath them read-only.
+func mergeBaseline(fs Filesystem, ro, rw []string) ([]string, []string) {
+	listed := func(p string) bool {
+		for _, q := range append(append([]string(nil), ro...), rw...) {
+			if filepath.Clean(q) == p {
+				return true
+			}
+		}
+		return false
+	}
+	var bro, brw []string
+	for _, p := range fs.BaselineReadOnly {
+		if p = filepath.Clean(p); !listed(p) && !slices.Contains(bro, p) {
+			bro = append(bro, p)
+		}
+	}
+	for _, p := range fs.BaselineReadWrite {
+		p = filepath.Clean(p)
+		narrower := slices.ContainsFunc(ro, func(q string) bool {
+			q = filepath.Clean(q)
+			return q == p || strings.HasPrefix(q, p+"/")
+		})
+		if !narrower && !listed(p) && !slices.Contains(brw, p) {
+			brw = append(brw, p)
+		}
+	}
+	bro = slices.DeleteFunc(bro, func(p string) bool { return slices.Contains(brw, p) })
+	return bro, brw
+}
+
+// workloadEnv returns env with the proxy variables forced (NO_PROXY
+// without the loopback hosts viaProxy) and PATH and HOME defaulted.
+func workloadEnv(env []string, home string, viaProxy []string) []string {
+	np := noProxy(viaProxy)
 	forced := []string{
 		"HTTP_PROXY=" + ProxyURL, "HTTPS_PROXY=" + ProxyURL,
 		"http_proxy=" + ProxyURL, "https_proxy=" + ProxyURL,
-		"NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1",
+		"NO_PROXY=" + np, "no_proxy=" + np,
 	}
 	out := make([]string, 0, len(env)+len(forced)+2)
 	var havePath, haveHome bool

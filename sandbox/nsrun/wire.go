@@ -68,15 +68,18 @@ func (k msgKind) String() string {
 type message struct {
 	Kind msgKind `json:"kind"`
 	// ID names an exec'd process (0: the workload, or none).
-	ID          uint64         `json:"id,omitempty"`
-	Config      *stageConfig   `json:"config,omitempty"`
-	Exec        *execRequest   `json:"exec,omitempty"`
-	Pid         int            `json:"pid,omitempty"`
-	Warnings    []string       `json:"warnings,omitempty"`
-	LandlockABI int            `json:"landlock_abi,omitempty"`
-	Error       string         `json:"error,omitempty"`
-	Status      *ExitStatus    `json:"status,omitempty"`
-	Signal      syscall.Signal `json:"signal,omitempty"`
+	ID          uint64       `json:"id,omitempty"`
+	Config      *stageConfig `json:"config,omitempty"`
+	Exec        *execRequest `json:"exec,omitempty"`
+	Pid         int          `json:"pid,omitempty"`
+	Warnings    []string     `json:"warnings,omitempty"`
+	LandlockABI int          `json:"landlock_abi,omitempty"`
+	Error       string       `json:"error,omitempty"`
+	// Permanent marks a msgFailed whose cause no retry heals
+	// (ErrCannotStart).
+	Permanent bool           `json:"permanent,omitempty"`
+	Status    *ExitStatus    `json:"status,omitempty"`
+	Signal    syscall.Signal `json:"signal,omitempty"`
 
 	// credPid is the pid of the packet's SCM_CREDENTIALS as numbered in
 	// the receiver's pid namespace (0: none came; only a socket with

@@ -31,7 +31,14 @@ type SessionLost struct{ Detail string }
 type SupervisorLost struct{ Detail string }
 
 // StartFailed: spawning the supervisor or starting the workload failed.
-type StartFailed struct{ Detail string }
+// Permanent: it would fail the same way however often it is retried (the
+// command is missing or not executable in the sandbox, a hard_requirement
+// path is missing: driver.ErrCannotStart); the machine goes to
+// Error/StartFailed without a retry timer.
+type StartFailed struct {
+	Detail    string
+	Permanent bool
+}
 
 // BoundaryFailed: the boundary failed past its restart budget.
 type BoundaryFailed struct{ Detail string }
@@ -41,8 +48,12 @@ type NodeLost struct{ Detail string }
 
 // RecoveryAttemptFailed: the recovery attempt in flight failed for a
 // reason the actor cannot name more precisely; it counts as a failed
-// attempt with the reason being recovered from.
-type RecoveryAttemptFailed struct{ Detail string }
+// attempt with the reason being recovered from. Permanent: as for
+// StartFailed, the attempt cannot succeed; Error/StartFailed, no retry.
+type RecoveryAttemptFailed struct {
+	Detail    string
+	Permanent bool
+}
 
 // TimerFired: the timer a Transition asked for expired. Seq is the
 // Timer's; a stale timer (replaced or voided since) is ignored.

@@ -266,7 +266,15 @@ func (m *Machine) On(e Event) (Transition, error) {
 			if m.phase != PhaseRecovering {
 				return &UnexpectedEventError{Phase: m.phase, Event: e}
 			}
+			if e.Permanent {
+				return m.cannotStart(e.Detail)
+			}
 			return m.fail(orReason(m.cause, ReasonStartFailed), e.Detail)
+		case StartFailed:
+			if e.Permanent {
+				return m.cannotStart(e.Detail)
+			}
+			return m.fail(e.failure())
 		case failureEvent:
 			return m.fail(e.failure())
 		case TimerFired:
@@ -448,13 +456,8 @@ func (m *Machine) fail(r Reason, detail string) error {
 	if !m.inFlight() {
 		return nil // nothing of ours runs: a late report
 	}
-	if r == ReasonWorkloadFailed && m.cfg.Restart == RestartNever {
-		m.cause = r
-		if err := m.move(PhaseError, r, detail+"; restart: never (use start or recover)"); err != nil {
-			return err
-		}
-		m.out.Action = ActionReap
-		return nil
+	if (r == ReasonWorkloadFailed || r == ReasonStartFailed) && m.cfg.Restart == RestartNever {
+		return m.giveUp(r, detail+"; restart: never (use start or recover)")
 	}
 	if m.attempts >= MaxRecoveryAttempts {
 		return m.exhaust(r, detail)
@@ -469,6 +472,37 @@ func (m *Machine) fail(r Reason, detail string) error {
 		return m.awaitReconnect(detail)
 	}
 	return m.retryLater(r, detail)
+}
+
+// CannotStartHint ends the message of a start that cannot succeed by
+// retrying: what works from Error/StartFailed.
+const CannotStartHint = "not retried: a retry would fail the same way; fix the cause, then use start or recover (or delete)"
+
+// cannotStart handles a start that fails the same way whatever the number
+// of retries: Error/StartFailed with no retry timer.
+func (m *Machine) cannotStart(detail string) error {
+	if detail == "" {
+		detail = "the sandbox cannot start"
+	}
+	starting := m.phase == PhaseProvisioning || (m.phase == PhaseRecovering && m.timer.Kind == TimerStart)
+	if !starting {
+		// Not about a start in flight (the session came up, or nothing
+		// of ours runs): handled as any start failure.
+		return m.fail(ReasonStartFailed, detail)
+	}
+	return m.giveUp(ReasonStartFailed, detail+"; "+CannotStartHint)
+}
+
+// giveUp moves to Error with reason r and no timer: the failure is not
+// retried automatically (restart: never, or it cannot heal); start,
+// recover, stop and delete work from there.
+func (m *Machine) giveUp(r Reason, msg string) error {
+	m.cause = r
+	if err := m.move(PhaseError, r, msg); err != nil {
+		return err
+	}
+	m.out.Action = ActionReap
+	return nil
 }
 
 // retryLater moves to (or stays in) Recovering and schedules the next

@@ -125,8 +125,9 @@ func (completedState) advice(v Verb) string {
 }
 
 // errorState: a failure with a Reason. Recoverable reasons move on to
-// Recovering at once; Error stays only for RecoveryExhausted and for
-// WorkloadFailed with restart: never. Never a dead end.
+// Recovering at once; Error stays only for RecoveryExhausted, for
+// WorkloadFailed and StartFailed with restart: never, and for a StartFailed
+// that cannot heal (StartFailed.Permanent). Never a dead end.
 type errorState struct{}
 
 func (errorState) phase() Phase { return PhaseError }
