@@ -23,7 +23,7 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 		if w.uid != 0 {
 			hog = "exec sleep 1000" // no limit here: the hog would complete
 		}
-		s := w.create("capped", hog, "--pids", "64", "--memory", "128M", "--cpus", "1", "--io-bps", "1M")
+		w.create("capped", hog, "--pids", "64", "--memory", "128M", "--cpus", "1", "--io-bps", "1M")
 		out, _, code := w.cli("get", "capped", "-o", "json")
 		var g struct {
 			Resources struct {
@@ -51,7 +51,17 @@ head -c 300m /dev/zero | tail -n1 > /dev/null`
 			return
 		}
 		// The hog: OOM-killed, then the sandbox recovers on the same workspace.
-		w.waitPhase("capped", "Ready", 30*time.Second, func(st status) bool { return st.SupervisorPid != s.SupervisorPid || st.WorkloadPid != s.WorkloadPid })
+		// (Create returns at Ready; the hog may be killed and recovered
+		// before the harness reads its status: look for the failure in
+		// the history, not for new pids.)
+		w.waitPhase("capped", "Ready", 30*time.Second, func(st status) bool {
+			for _, tr := range st.Transitions {
+				if tr.To == "Error" && tr.Reason == "WorkloadFailed" {
+					return true
+				}
+			}
+			return false
+		})
 		testenv.Eventually(t, 30*time.Second, func() bool {
 			out, _, _ := w.cli("logs", "capped", "--audit")
 			return strings.Contains(out, "(WorkloadFailed): out of memory (limit 128 MiB)")

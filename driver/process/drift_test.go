@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +37,20 @@ func TestDriftOfAdoptedSupervisor(t *testing.T) {
 		defer cancel()
 		_ = p.Stop(sctx, 0)
 	})
+	// Adopt checks the command line for the marker: wait until the
+	// child has exec'd the fake binary (right after fork it still shows
+	// the test's own command line).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid()) + "/cmdline")
+		if strings.Contains(string(b), Marker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d's command line %q never had %q", p.Pid(), b, Marker)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	drift := func(c Config, name string) string {
 		t.Helper()
 		a, err := New(c).Adopt(ctx, name, p.Pid())
