@@ -84,7 +84,8 @@ cat <<TXT
 
 Try next (in another shell):
   export STOCKADE_GATEWAY=$API
-  stockade() { $PWD/$BIN "\$@" --state-dir $STATE; }
+  export STOCKADE_CONFIG=$STATE/client.config     # the local credential (no --state-dir needed)
+  stockade() { $PWD/$BIN "\$@"; }
   stockade sandbox logs demo --follow            # workload output and decisions
   stockade sandbox get demo -o json
   kill -9 \$(stockade sandbox get demo -o json | jq .supervisorPid)   # -> Error/SupervisorLost -> Ready

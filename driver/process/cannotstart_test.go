@@ -26,7 +26,7 @@ func TestExitCannotStart(t *testing.T) {
 		want      string
 	}{
 		{contract.ExitSupervisorCannotStart, true, "the sandbox cannot start: the command /no/such/bin does not exist in the sandbox"},
-		{1, false, "supervisor exited: exit status 1: stockade: the command /no/such/bin does not exist in the sandbox"},
+		{1, false, "supervisor exited: exit status 1: the command /no/such/bin does not exist in the sandbox"},
 	} {
 		t.Run(strconv.Itoa(tc.code), func(t *testing.T) {
 			state := t.TempDir()

@@ -160,8 +160,11 @@ func (p *proc) Err() error {
 		}
 		return fmt.Errorf("%w: %s", driver.ErrCannotStart, last)
 	}
-	if last != "" {
-		return fmt.Errorf("%w: %s", err, last)
+	// Its own last word, when it had one ("stockade: <why>", printed as it
+	// ends); any other last line is just its latest log entry (a killed
+	// supervisor's is an audit event) and says nothing about the end.
+	if why, ok := strings.CutPrefix(last, "stockade: "); ok && why != "" {
+		return fmt.Errorf("%w: %s", err, why)
 	}
 	return err
 }

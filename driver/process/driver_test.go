@@ -63,8 +63,22 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-a.Done()
-	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "fake supervisor supervisor") {
-		t.Fatalf("exit error %v, want the log's last line in it", err)
+	// Killed: its last log line is not why it ended, and is left out.
+	if err := p.Err(); err == nil || strings.Contains(err.Error(), "fake supervisor") {
+		t.Fatalf("exit error %v, want no log line in it", err)
+	}
+	// Its own last word ("stockade: <why>", as the binary prints an error)
+	// is kept.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho \"some log line\"\necho \"stockade: supervisor: policy: broken\"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := d.Start(ctx, driver.Launch{Instance: "i2", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p2.Done()
+	if err := p2.Err(); err == nil || !strings.HasSuffix(err.Error(), "exit status 1: supervisor: policy: broken") {
+		t.Fatalf("exit error %v, want the supervisor's last word in it", err)
 	}
 
 	if err := os.WriteFile(filepath.Join(d.Workspace("s"), "kept"), []byte("x"), 0o644); err != nil {
