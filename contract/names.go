@@ -38,3 +38,8 @@ const DefaultGateway = "127.0.0.1:7420"
 // ClientStreamPrefix starts the id of a client's stream actors (a `sandbox
 // logs` stream): the prefix and 1 to 64 lower-case hex digits.
 const ClientStreamPrefix = "logs-stream/"
+
+// ControlPlanePorts are never dialed by the boundary for a named host or
+// an allowed_ips range (etcd 2379/2380, the Kubernetes API 6443, kubelet
+// 10250/10255); `policy check` warns about an endpoint on one of them.
+func ControlPlanePorts() []int { return []int{2379, 2380, 6443, 10250, 10255} }

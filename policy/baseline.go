@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/stockade-dev/stockade/contract"
 )
 
 // Paths is a pair of filesystem lists as a sandbox sees them.
@@ -93,7 +95,7 @@ func (p *Policy) BoundaryWarnings() []Notice {
 			}
 			if !ep.Wildcard {
 				for _, port := range ep.Ports {
-					if slices.Contains(controlPlanePorts(), port) {
+					if slices.Contains(contract.ControlPlanePorts(), int(port)) {
 						warn("port %d is a control-plane port (etcd, Kubernetes API, kubelet): the boundary never dials it for a named host", port)
 					}
 				}
@@ -102,10 +104,6 @@ func (p *Policy) BoundaryWarnings() []Notice {
 	}
 	return out
 }
-
-// controlPlanePorts mirrors boundary/proxy.ControlPlanePorts (which this
-// package may not import).
-func controlPlanePorts() []uint16 { return []uint16{2379, 2380, 6443, 10250, 10255} }
 
 // addressWarning says why the boundary refuses ep's host when the host is
 // an address (or localhost), or "".

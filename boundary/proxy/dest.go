@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/policy/reason"
 )
 
@@ -34,7 +35,7 @@ var (
 // ControlPlanePorts are never dialed for an exact-host or allowed_ips
 // endpoint, whatever the address (as OpenShell): etcd client and peer, the
 // Kubernetes API server, the kubelet API and its read-only port.
-func ControlPlanePorts() []int { return []int{2379, 2380, 6443, 10250, 10255} }
+func ControlPlanePorts() []int { return contract.ControlPlanePorts() }
 
 // CheckPort refuses a control-plane port for an exact-host or allowed_ips
 // endpoint.
