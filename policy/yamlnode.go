@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/stockade-dev/stockade/internal/editdist"
 	"slices"
 	"strings"
 
@@ -184,7 +185,7 @@ func (p *parser) keep(key string, k, v *yaml.Node, kind valueKind) (Field, bool)
 func suggest(key string, valid []string) string {
 	best, bestD := "", 3
 	for _, v := range valid {
-		if d := editDistance(key, v); d < bestD {
+		if d := editdist.Distance(key, v); d < bestD {
 			best, bestD = v, d
 		}
 	}
@@ -192,25 +193,4 @@ func suggest(key string, valid []string) string {
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// editDistance is the Levenshtein distance of two short ASCII keys.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -332,17 +332,6 @@ func TestWatchLines(t *testing.T) {
 	}
 }
 
-func TestSuggestLevenshtein(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "", 0}, {"lss", "ls", 1}, {"lss", "list", 2}, {"chek", "check", 1}, {"kitten", "sitting", 3}} {
-		if got := levenshtein(tc.a, tc.b); got != tc.d {
-			t.Errorf("levenshtein(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
-		}
-	}
-}
-
 func TestCompletion(t *testing.T) {
 	out, _, code := run(t, "__complete", "sandbox", "get", "-o", "")
 	if code != 0 || !strings.HasPrefix(out, "table\njson\nyaml\n") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/stockade-dev/stockade/internal/editdist"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -99,7 +100,7 @@ func suggest(cmd *cobra.Command, word string) []string {
 			if strings.HasPrefix(cand, word) {
 				d = 0
 			}
-			d = min(d, levenshtein(word, cand))
+			d = min(d, editdist.Distance(word, cand))
 		}
 		switch {
 		case d > limit || d > best:
@@ -114,27 +115,6 @@ func suggest(cmd *cobra.Command, word string) []string {
 		out = append(out, s)
 	}
 	return out
-}
-
-// levenshtein is the edit distance of a and b (bytes; names are ASCII).
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // plainBool is a bool flag's value without IsBoolFlag: pflag v1.1.0 shows
