@@ -116,13 +116,15 @@ func (a *sandboxActor) supervisorExited(ctx actor.Context, m *supervisorExited) 
 // A spawn waiting for a previous supervisor is cancelled.
 func (a *sandboxActor) stopSupervisor(ctx actor.Context, grace time.Duration, remove bool) {
 	a.dropSession(ctx)
-	var procs []driver.Proc
+	// Supervisors an earlier stop is still stopping are included: a
+	// delete during Stopping must not remove the files under a live one.
+	procs := a.stopping
 	for _, p := range []driver.Proc{a.sup, a.dying} {
 		if p != nil {
 			procs = append(procs, p)
 		}
 	}
-	a.sup, a.dying, a.spawnAfter = nil, nil, nil
+	a.sup, a.dying, a.spawnAfter, a.stopping = nil, nil, nil, procs
 	a.actionSeq++
 	seq, drv, name, uid, keep := a.actionSeq, a.env.Driver, a.name, a.rec.Spec.UID, a.rec.KeepWorkspace
 	self, sys := ctx.Self(), ctx.ActorSystem()
@@ -159,6 +161,7 @@ func (a *sandboxActor) afterAction(ctx actor.Context, m *actionDone) {
 	if m.seq != a.actionSeq {
 		return // an earlier action's report
 	}
+	a.stopping = nil
 	if m.err != nil {
 		a.env.Log.Warn().Err(m.err).Str("sandbox", a.name).Msg("supervisor stop")
 	}

@@ -41,6 +41,8 @@ type sandboxActor struct {
 	// sup is the current instance's supervisor; dying one being killed
 	// (it is replaced); spawnAfter the one a spawn waits to be gone.
 	sup, dying, spawnAfter driver.Proc
+	// stopping are the supervisors the current stop action is stopping.
+	stopping []driver.Proc
 	// actionSeq numbers stop and delete actions: a report of an older
 	// one is stale.
 	actionSeq   uint64
