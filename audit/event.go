@@ -122,9 +122,12 @@ type Query struct {
 
 // PolicyRef names the policy that decided.
 type PolicyRef struct {
-	Name    string `json:"name"`
-	Version uint64 `json:"version"`
-	Engine  string `json:"engine"`
+	// Name is the network_policies key of the policy (as OpenShell).
+	Name string `json:"name"`
+	// PolicyName is its name field, when that differs from the key.
+	PolicyName string `json:"policyName,omitempty"`
+	Version    uint64 `json:"version"`
+	Engine     string `json:"engine"`
 }
 
 // Event is one OCSF-shaped audit event. Field names follow OCSF where OCSF

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gobwas/glob"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -20,7 +22,11 @@ import (
 //	exact: {host: {port: entries}}   endpoints naming the host exactly, plus
 //	                                 the wildcard endpoints matching it
 //	wild:  {suffix: {port: entries}} "*.example.com" under "example.com"
-//	names: {endpoint id: policy name}
+//	names: {endpoint id: policy key}  (every "policy" below is the
+//	                                 network_policies key, as OpenShell)
+//	patterns: true when a host needs stockade.host_entries / host_key:
+//	          a pattern other than "*.<literal suffix>", or a host-less
+//	          allowed_ips endpoint (hostMatcher, per version, in Go)
 //	exact_host: {host: policy name}, wild_host: {suffix: policy name}  (DNS)
 //	entries: {first: policy name of the first endpoint (file order),
 //	          all: [endpoint id], bins: {exact binary path: [endpoint id]},
@@ -47,6 +53,8 @@ import rego.v1
 # decision is one else-chain over a single helper rule.
 entries := data.stockade.exact[input.network.host][input.network.port] if {
 	data.stockade.exact[input.network.host]
+} else := stockade.host_entries(input.network.host, input.network.port) if {
+	data.stockade.patterns
 } else := data.stockade.wild[input.network.suffix][input.network.port]
 
 decision := {
@@ -113,6 +121,15 @@ dns_decision := {
 } if {
 	name := data.stockade.wild_host[input.dns.suffix]
 } else := {
+	"allow": true,
+	"reason": "",
+	"policy": name,
+	"message": concat("", [input.dns.name, " matches a host pattern of policy \"", name, "\""]),
+	"endpoints": [],
+} if {
+	data.stockade.patterns
+	name := stockade.host_key(input.dns.name)
+} else := {
 	"allow": false,
 	"reason": "policy_dns_ineligible",
 	"policy": "-",
@@ -128,11 +145,13 @@ type endpointInfo struct {
 }
 
 // compiled is a policy ready for evaluation: prepared queries over its
-// data document, and the endpoint table the Rego ids index into.
+// data document, the endpoint table the Rego ids index into, and the
+// policy names by network_policies key.
 type compiled struct {
 	network   rego.PreparedEvalQuery
 	dns       rego.PreparedEvalQuery
 	endpoints []endpointInfo
+	names     map[string]string
 }
 
 // endpointRef is an endpoint with its global id (file order).
@@ -143,16 +162,130 @@ type endpointRef struct {
 	key string // host, or wildcard suffix
 }
 
+// hostGroup is the endpoints sharing one host pattern, or the host-less
+// (allowed_ips only) endpoints, which match every host (pat nil).
+type hostGroup struct {
+	pat   *hostPattern
+	refs  []endpointRef
+	table ast.Object // portTable(refs)
+}
+
+// hostMatcher finds the pattern groups matching a host without scanning
+// every pattern: a pattern is filed under its trailing literal labels, so a
+// host looks up each of its proper suffixes (one map lookup per label).
+type hostMatcher struct {
+	groups   []*hostGroup
+	bySuffix map[string][]int // literal suffix -> group indexes, ascending
+	hostless *hostGroup       // nil when no endpoint is host-less
+}
+
+// matching returns the indexes of the pattern groups matching host, in
+// group order (host-less endpoints not included).
+func (m *hostMatcher) matching(host string) []int {
+	var out []int
+	for rest := host; ; {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			rest = ""
+		} else {
+			rest = rest[i+1:]
+		}
+		for _, g := range m.bySuffix[rest] {
+			if m.groups[g].pat.match(host) {
+				out = append(out, g)
+			}
+		}
+		if rest == "" {
+			break
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// refs returns the endpoints of the pattern groups matching host, then the
+// host-less ones.
+func (m *hostMatcher) refs(host string) []endpointRef {
+	var out []endpointRef
+	for _, g := range m.matching(host) {
+		out = append(out, m.groups[g].refs...)
+	}
+	if m.hostless != nil {
+		out = append(out, m.hostless.refs...)
+	}
+	return out
+}
+
+// entries implements stockade.host_entries(host, port): the entries (see
+// regoModule) of every pattern and host-less endpoint matching host:port,
+// undefined when none.
+func (m *hostMatcher) entries(host, port *ast.Term) (*ast.Term, error) {
+	h, ok1 := host.Value.(ast.String)
+	num, ok2 := port.Value.(ast.Number)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("stockade.host_entries: want a string and a number, got %v and %v", host, port)
+	}
+	groups := m.matching(string(h))
+	if m.hostless != nil {
+		groups = append(groups, -1)
+	}
+	group := func(i int) *hostGroup {
+		if i < 0 {
+			return m.hostless
+		}
+		return m.groups[i]
+	}
+	switch len(groups) {
+	case 0:
+		return nil, nil
+	case 1:
+		return group(groups[0]).table.Get(ast.StringTerm(num.String())), nil
+	}
+	p, ok := num.Int()
+	if !ok || p < 1 || p > 65535 {
+		return nil, nil
+	}
+	var refs []endpointRef
+	for _, g := range groups {
+		for _, r := range group(g).refs {
+			if slices.Contains(r.ep.Ports, uint16(p)) {
+				refs = append(refs, r)
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	return ast.NewTerm(portEntry(refs)), nil
+}
+
+// key implements stockade.host_key(name): the policy key of the first
+// pattern group matching name (DNS eligibility), undefined when none.
+func (m *hostMatcher) key(name *ast.Term) (*ast.Term, error) {
+	n, ok := name.Value.(ast.String)
+	if !ok {
+		return nil, fmt.Errorf("stockade.host_key: want a string, got %v", name)
+	}
+	if gs := m.matching(string(n)); len(gs) > 0 {
+		return ast.StringTerm(m.groups[gs[0]].refs[0].np.Key), nil
+	}
+	return nil, nil
+}
+
 // compile builds the data document of a policy and prepares the network
 // and DNS queries once.
 func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compiled, error) {
-	c := &compiled{}
+	c := &compiled{names: map[string]string{}}
 	names := ast.NewObject()
 	exactHost, wildHost := ast.NewObject(), ast.NewObject()
 	byHost, bySuffix := map[string][]endpointRef{}, map[string][]endpointRef{}
 	var hostOrder, suffixOrder []string
 	globs := map[string]*glob.Pattern{}
+	m := &hostMatcher{bySuffix: map[string][]int{}}
+	patGroup := map[string]*hostGroup{}
+	simpleOnly := true // every pattern is "*.<literal suffix>": the wild table answers
 	for _, np := range pol.NetworkPolicies {
+		c.names[np.Key] = np.Name
 		for _, b := range np.Binaries {
 			if b.Glob && globs[b.Path] == nil {
 				g, err := glob.Compile(b.Path, '/')
@@ -164,8 +297,37 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 		}
 		for _, ep := range np.Endpoints {
 			ref := endpointRef{id: len(c.endpoints), np: np, ep: ep, key: ep.Host}
-			c.endpoints = append(c.endpoints, endpointInfo{exact: !ep.Wildcard, allowedIPs: ep.AllowedIPs})
-			names.Insert(ast.StringTerm(strconv.Itoa(ref.id)), ast.StringTerm(np.Name))
+			c.endpoints = append(c.endpoints, endpointInfo{exact: !ep.Wildcard && ep.Host != "", allowedIPs: ep.AllowedIPs})
+			names.Insert(ast.StringTerm(strconv.Itoa(ref.id)), ast.StringTerm(np.Key))
+			if ep.Host == "" {
+				if m.hostless == nil {
+					m.hostless = &hostGroup{}
+				}
+				m.hostless.refs = append(m.hostless.refs, ref)
+				simpleOnly = false
+				continue
+			}
+			if ep.Wildcard {
+				g := patGroup[ep.Host]
+				if g == nil {
+					pat, err := compileHostPattern(ep.Host)
+					if err != nil {
+						return nil, fmt.Errorf("compile host pattern: %w", err)
+					}
+					g = &hostGroup{pat: pat}
+					patGroup[ep.Host] = g
+					suffix := pat.literalSuffix()
+					m.bySuffix[suffix] = append(m.bySuffix[suffix], len(m.groups))
+					m.groups = append(m.groups, g)
+					if ep.Host != "*."+suffix || suffix == "" {
+						simpleOnly = false
+					}
+				}
+				g.refs = append(g.refs, ref)
+			}
+			if ep.Wildcard && !strings.HasPrefix(ep.Host, "*.") {
+				continue // only "*.<suffix>" hosts go to the wild table
+			}
 			table, index, order := exactHost, byHost, &hostOrder
 			if ep.Wildcard {
 				ref.key = ep.Host[2:]
@@ -173,19 +335,22 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 			}
 			if index[ref.key] == nil {
 				*order = append(*order, ref.key)
-				table.Insert(ast.StringTerm(ref.key), ast.StringTerm(np.Name))
+				table.Insert(ast.StringTerm(ref.key), ast.StringTerm(np.Key))
 			}
 			index[ref.key] = append(index[ref.key], ref)
 		}
 	}
+	for _, g := range m.groups {
+		g.table = portTable(g.refs)
+	}
+	if m.hostless != nil {
+		m.hostless.table = portTable(m.hostless.refs)
+	}
 	exact, wild := ast.NewObject(), ast.NewObject()
 	for _, h := range hostOrder {
-		// A listed host also gets the wildcard endpoints matching it, so one
-		// lookup finds every candidate.
-		refs := byHost[h]
-		if s := suffixOf(h); s != "" {
-			refs = append(refs, bySuffix[s]...)
-		}
+		// A listed host also gets the pattern and host-less endpoints
+		// matching it, so one lookup finds every candidate.
+		refs := append(slices.Clip(byHost[h]), m.refs(h)...)
 		exact.Insert(ast.StringTerm(h), ast.NewTerm(portTable(refs)))
 	}
 	for _, s := range suffixOrder {
@@ -197,11 +362,19 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 		ast.Item(ast.StringTerm("names"), ast.NewTerm(names)),
 		ast.Item(ast.StringTerm("exact_host"), ast.NewTerm(exactHost)),
 		ast.Item(ast.StringTerm("wild_host"), ast.NewTerm(wildHost)),
+		ast.Item(ast.StringTerm("patterns"), ast.BooleanTerm(!simpleOnly)),
 	)))
 	store := inmem.NewFromASTObject(data)
 	decl := globIDsDecl()
 	globIDs := rego.Function2(&rego.Function{Name: decl.Name, Decl: decl.Decl}, func(_ rego.BuiltinContext, pairs, paths *ast.Term) (*ast.Term, error) {
 		return globIDsBuiltin(globs, pairs, paths)
+	})
+	hdecl, kdecl := hostEntriesDecl(), hostKeyDecl()
+	hostEntries := rego.Function2(&rego.Function{Name: hdecl.Name, Decl: hdecl.Decl}, func(_ rego.BuiltinContext, host, port *ast.Term) (*ast.Term, error) {
+		return m.entries(host, port)
+	})
+	hostKey := rego.Function1(&rego.Function{Name: kdecl.Name, Decl: kdecl.Decl}, func(_ rego.BuiltinContext, name *ast.Term) (*ast.Term, error) {
+		return m.key(name)
 	})
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return rego.New(
@@ -209,7 +382,7 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 			rego.Compiler(compiler),
 			rego.Store(store),
 			rego.StrictBuiltinErrors(true),
-			globIDs,
+			globIDs, hostEntries, hostKey,
 		).PrepareForEval(ctx)
 	}
 	var err error
@@ -236,35 +409,40 @@ func portTable(refs []endpointRef) ast.Object {
 		}
 	}
 	for _, p := range ports {
-		rs := byPort[p]
-		all, globs := []*ast.Term{}, []*ast.Term{}
-		bins, binOrder := map[string][]*ast.Term{}, []string{}
-		for _, r := range rs {
-			id := ast.IntNumberTerm(r.id)
-			all = append(all, id)
-			for _, b := range r.np.Binaries {
-				if b.Glob {
-					globs = append(globs, ast.ArrayTerm(ast.StringTerm(b.Path), id))
-					continue
-				}
-				if bins[b.Path] == nil {
-					binOrder = append(binOrder, b.Path)
-				}
-				bins[b.Path] = append(bins[b.Path], id)
-			}
-		}
-		binObj := ast.NewObject()
-		for _, b := range binOrder {
-			binObj.Insert(ast.StringTerm(b), ast.ArrayTerm(bins[b]...))
-		}
-		out.Insert(ast.StringTerm(strconv.Itoa(int(p))), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("first"), ast.StringTerm(rs[0].np.Name)),
-			ast.Item(ast.StringTerm("all"), ast.ArrayTerm(all...)),
-			ast.Item(ast.StringTerm("bins"), ast.NewTerm(binObj)),
-			ast.Item(ast.StringTerm("globs"), ast.ArrayTerm(globs...)),
-		))
+		out.Insert(ast.StringTerm(strconv.Itoa(int(p))), ast.NewTerm(portEntry(byPort[p])))
 	}
 	return out
+}
+
+// portEntry builds the entries of one port from its endpoints (file
+// order within each source; see regoModule).
+func portEntry(rs []endpointRef) ast.Object {
+	all, globs := []*ast.Term{}, []*ast.Term{}
+	bins, binOrder := map[string][]*ast.Term{}, []string{}
+	for _, r := range rs {
+		id := ast.IntNumberTerm(r.id)
+		all = append(all, id)
+		for _, b := range r.np.Binaries {
+			if b.Glob {
+				globs = append(globs, ast.ArrayTerm(ast.StringTerm(b.Path), id))
+				continue
+			}
+			if bins[b.Path] == nil {
+				binOrder = append(binOrder, b.Path)
+			}
+			bins[b.Path] = append(bins[b.Path], id)
+		}
+	}
+	binObj := ast.NewObject()
+	for _, b := range binOrder {
+		binObj.Insert(ast.StringTerm(b), ast.ArrayTerm(bins[b]...))
+	}
+	return ast.NewObject(
+		ast.Item(ast.StringTerm("first"), ast.StringTerm(rs[0].np.Key)),
+		ast.Item(ast.StringTerm("all"), ast.ArrayTerm(all...)),
+		ast.Item(ast.StringTerm("bins"), ast.NewTerm(binObj)),
+		ast.Item(ast.StringTerm("globs"), ast.ArrayTerm(globs...)),
+	)
 }
 
 // globIDsBuiltin implements stockade.glob_ids over precompiled globs.
@@ -317,6 +495,22 @@ func globIDsDecl() *ast.Builtin {
 	}
 }
 
+// hostEntriesDecl declares stockade.host_entries(host, port) -> entries.
+func hostEntriesDecl() *ast.Builtin {
+	return &ast.Builtin{
+		Name: "stockade.host_entries",
+		Decl: types.NewFunction(types.Args(types.S, types.N), types.A),
+	}
+}
+
+// hostKeyDecl declares stockade.host_key(name) -> policy key.
+func hostKeyDecl() *ast.Builtin {
+	return &ast.Builtin{
+		Name: "stockade.host_key",
+		Decl: types.NewFunction(types.Args(types.S), types.S),
+	}
+}
+
 // compileModule parses and compiles the decision module; the engine does it
 // once and every version prepares its queries against it.
 func compileModule() (*ast.Compiler, error) {
@@ -324,9 +518,12 @@ func compileModule() (*ast.Compiler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse decision module: %w", err)
 	}
-	decl := globIDsDecl()
-	//lint:ignore SA1019 one custom builtin; WithCapabilities would restate OPA's whole builtin set
-	c := ast.NewCompiler().WithBuiltins(map[string]*ast.Builtin{decl.Name: decl})
+	builtins := map[string]*ast.Builtin{}
+	for _, b := range []*ast.Builtin{globIDsDecl(), hostEntriesDecl(), hostKeyDecl()} {
+		builtins[b.Name] = b
+	}
+	//lint:ignore SA1019 three custom builtins; WithCapabilities would restate OPA's whole builtin set
+	c := ast.NewCompiler().WithBuiltins(builtins)
 	if c.Compile(map[string]*ast.Module{"stockade/sandbox.rego": m}); c.Failed() {
 		return nil, fmt.Errorf("compile decision module: %w", c.Errors)
 	}

@@ -46,9 +46,13 @@ type DNSInput struct {
 type Decision struct {
 	Allow  bool
 	Reason reason.Code
-	// Policy is the name of the matched network policy, "-" if none.
-	Policy  string
-	Message string
+	// Policy is the network_policies key of the matched policy, "-" if
+	// none (OpenShell reports the key too).
+	Policy string
+	// PolicyName is that policy's name field (its key when it has none);
+	// empty when no policy matched.
+	PolicyName string
+	Message    string
 	// Version is the policy version that decided (0: no policy).
 	Version uint64
 	// For an allowed network decision, the boundary's destination check:
@@ -186,7 +190,8 @@ func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
 }
 
 // DecideDNS decides whether a DNS name may be resolved: it must be an
-// endpoint host of some policy, or match a wildcard host. Failure modes
+// endpoint host of some policy, or match a host pattern (host-less
+// allowed_ips endpoints make no name eligible). Failure modes
 // are those of DecideNetwork.
 func (e *Engine) DecideDNS(ctx context.Context, in DNSInput) Decision {
 	in.Name = normalizeName(in.Name)
@@ -208,6 +213,10 @@ func (e *Engine) decide(ctx context.Context, key cacheKey, prepare func(*snapsho
 	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
 		return s.fault(key, err)
 	}
+	if d, bad := s.controlChar(key); bad { // on a miss only: the hit path stays a lookup
+		s.cache.put(key, d)
+		return d
+	}
 	q, input := prepare(s)
 	d, err := s.eval(ctx, q, input)
 	if err != nil {
@@ -216,6 +225,25 @@ func (e *Engine) decide(ctx context.Context, key cacheKey, prepare func(*snapsho
 	}
 	s.cache.put(key, d)
 	return d
+}
+
+// controlChar denies a name holding a control character (NUL included):
+// no policy host has one, and a pattern must not match across it
+// (OpenShell fails such a decision closed).
+func (s *snapshot) controlChar(key cacheKey) (Decision, bool) {
+	name, bad := key.host, false
+	for i := 0; i < len(name) && !bad; i++ { // bytes: control characters are ASCII
+		bad = name[i] < 0x20 || name[i] == 0x7f
+	}
+	if !bad {
+		return Decision{}, false
+	}
+	code := reason.EndpointNotAllowed
+	if key.dns {
+		code = reason.PolicyDNSIneligible
+	}
+	return Decision{Reason: code, Policy: "-", Version: s.version,
+		Message: fmt.Sprintf("%q holds a control character; no policy host matches it", name)}, true
 }
 
 func (s *snapshot) fault(key cacheKey, err error) Decision {
@@ -304,6 +332,7 @@ func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast
 		return Decision{}, fmt.Errorf("policy version %d: malformed decision %v", s.version, obj)
 	}
 	d.Allow, d.Reason, d.Policy, d.Message = bool(allow), reason.Code(code), string(name), string(msg)
+	d.PolicyName = s.names[d.Policy]
 	seen := make([]int, 0, ids.Len())
 	for i := 0; i < ids.Len(); i++ {
 		num, _ := ids.Elem(i).Value.(ast.Number)
@@ -319,8 +348,12 @@ func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast
 		d.ExactHost = d.ExactHost || ep.exact
 		if len(seen) == 1 {
 			d.AllowedIPs = ep.allowedIPs // shared, read-only
-		} else if len(ep.allowedIPs) > 0 {
-			d.AllowedIPs = append(slices.Clip(d.AllowedIPs), ep.allowedIPs...)
+		} else {
+			for _, r := range ep.allowedIPs {
+				if !slices.Contains(d.AllowedIPs, r) { // each range once
+					d.AllowedIPs = append(slices.Clip(d.AllowedIPs), r)
+				}
+			}
 		}
 	}
 	return d, nil

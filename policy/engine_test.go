@@ -24,7 +24,7 @@ network_policies:
     endpoints:
       - { host: "*.example.com", port: 443 }
       - { host: "*.internal.corp", port: 5432, allowed_ips: [10.0.0.0/8] }
-      - { host: db.internal.corp, port: 5432 }
+      - { host: db.internal.corp, port: 5433 }
       - { host: multi.example.org, ports: [80, 8080] }
       - { host: Upper.Example.NET., port: 443 }
     binaries:
@@ -33,7 +33,7 @@ network_policies:
       - { path: "/nix/store/**/bin/agent" }
   other:
     endpoints:
-      - { host: "*.internal.corp", port: 5432, allowed_ips: [192.168.0.0/16] }
+      - { host: "*.internal.corp", port: 5432, allowed_ips: [10.0.0.0/8] }
     binaries: [{ path: /usr/bin/psql }]
   nobin:
     endpoints: [{ host: nobody.example.net, port: 443 }]
@@ -90,31 +90,31 @@ func TestDecideSemantics(t *testing.T) {
 		noBi = reason.BinaryNotAllowed
 	)
 	runNetCases(t, e, []netCase{
-		{"wildcard one label", NetworkInput{Host: "a.example.com", Port: 443, Exe: curl}, true, ok, "Wild Card"},
-		{"wildcard case and trailing dot", NetworkInput{Host: "A.Example.COM.", Port: 443, Exe: curl}, true, ok, "Wild Card"},
+		{"wildcard one label", NetworkInput{Host: "a.example.com", Port: 443, Exe: curl}, true, ok, "wild"},
+		{"wildcard case and trailing dot", NetworkInput{Host: "A.Example.COM.", Port: 443, Exe: curl}, true, ok, "wild"},
 		{"wildcard not the apex", NetworkInput{Host: "example.com", Port: 443, Exe: curl}, false, noEP, "-"},
 		{"wildcard not two labels", NetworkInput{Host: "a.b.example.com", Port: 443, Exe: curl}, false, noEP, "-"},
 		{"wildcard empty first label", NetworkInput{Host: ".example.com", Port: 443, Exe: curl}, false, noEP, "-"},
 		{"wildcard wrong port", NetworkInput{Host: "a.example.com", Port: 80, Exe: curl}, false, noEP, "-"},
 		{"suffix lookalike", NetworkInput{Host: "a.notexample.com", Port: 443, Exe: curl}, false, noEP, "-"},
-		{"ports first", NetworkInput{Host: "multi.example.org", Port: 80, Exe: curl}, true, ok, "Wild Card"},
-		{"ports second", NetworkInput{Host: "multi.example.org", Port: 8080, Exe: curl}, true, ok, "Wild Card"},
+		{"ports first", NetworkInput{Host: "multi.example.org", Port: 80, Exe: curl}, true, ok, "wild"},
+		{"ports second", NetworkInput{Host: "multi.example.org", Port: 8080, Exe: curl}, true, ok, "wild"},
 		{"ports unlisted", NetworkInput{Host: "multi.example.org", Port: 443, Exe: curl}, false, noEP, "-"},
-		{"policy host normalised", NetworkInput{Host: "upper.example.net", Port: 443, Exe: curl}, true, ok, "Wild Card"},
-		{"glob star in segment", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/opt/x/bin/tool"}, true, ok, "Wild Card"},
-		{"glob star not across slash", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/opt/x/y/bin/tool"}, false, noBi, "Wild Card"},
-		{"glob double star across", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/nix/store/abc/def/bin/agent"}, true, ok, "Wild Card"},
-		{"glob double star one", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/nix/store/abc/bin/agent"}, true, ok, "Wild Card"},
-		{"exact binary only exact", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/curl2"}, false, noBi, "Wild Card"},
-		{"ancestor exact", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/python3", Ancestors: []string{"/usr/bin/bash", curl}}, true, ok, "Wild Card"},
-		{"ancestor glob", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/python3", Ancestors: []string{"/opt/q/bin/tool"}}, true, ok, "Wild Card"},
-		{"no binary nor ancestor", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/wget", Ancestors: []string{"/usr/bin/bash"}}, false, noBi, "Wild Card"},
-		{"binary of another policy", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/psql"}, false, noBi, "Wild Card"},
+		{"policy host normalised", NetworkInput{Host: "upper.example.net", Port: 443, Exe: curl}, true, ok, "wild"},
+		{"glob star in segment", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/opt/x/bin/tool"}, true, ok, "wild"},
+		{"glob star not across slash", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/opt/x/y/bin/tool"}, false, noBi, "wild"},
+		{"glob double star across", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/nix/store/abc/def/bin/agent"}, true, ok, "wild"},
+		{"glob double star one", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/nix/store/abc/bin/agent"}, true, ok, "wild"},
+		{"exact binary only exact", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/curl2"}, false, noBi, "wild"},
+		{"ancestor exact", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/python3", Ancestors: []string{"/usr/bin/bash", curl}}, true, ok, "wild"},
+		{"ancestor glob", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/python3", Ancestors: []string{"/opt/q/bin/tool"}}, true, ok, "wild"},
+		{"no binary nor ancestor", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/wget", Ancestors: []string{"/usr/bin/bash"}}, false, noBi, "wild"},
+		{"binary of another policy", NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/psql"}, false, noBi, "wild"},
 		{"merged wildcard of another policy", NetworkInput{Host: "db.internal.corp", Port: 5432, Exe: "/usr/bin/psql"}, true, ok, "other"},
 		{"unknown host", NetworkInput{Host: "example.org", Port: 443, Exe: curl}, false, noEP, "-"},
 		{"policy without binaries", NetworkInput{Host: "nobody.example.net", Port: 443, Exe: curl}, false, noBi, "nobin"},
 		{"identity none ignores binaries", NetworkInput{Host: "nobody.example.net", Port: 443, Exe: curl, IdentityNone: true}, true, ok, "nobin"},
-		{"identity none no exe", NetworkInput{Host: "a.example.com", Port: 443, IdentityNone: true}, true, ok, "Wild Card"},
+		{"identity none no exe", NetworkInput{Host: "a.example.com", Port: 443, IdentityNone: true}, true, ok, "wild"},
 		{"identity none still needs endpoint", NetworkInput{Host: "example.org", Port: 443, IdentityNone: true}, false, noEP, "-"},
 	})
 }
@@ -126,8 +126,8 @@ func TestDecideMessages(t *testing.T) {
 		in   NetworkInput
 		want string
 	}{
-		{NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/curl"}, `allowed by policy "Wild Card" for /usr/bin/curl`},
-		{NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/wget", Ancestors: []string{"/bin/sh"}}, `policy "Wild Card" lists a.example.com:443 but neither binary /usr/bin/wget nor its ancestors ["/bin/sh"]`},
+		{NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/curl"}, `allowed by policy "wild" for /usr/bin/curl`},
+		{NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/wget", Ancestors: []string{"/bin/sh"}}, `policy "wild" lists a.example.com:443 but neither binary /usr/bin/wget nor its ancestors ["/bin/sh"]`},
 		{NetworkInput{Host: "example.org", Port: 443, Exe: "/usr/bin/curl"}, "no policy lists example.org:443"},
 		{NetworkInput{Host: "nobody.example.net", Port: 443, IdentityNone: true}, `allowed by policy "nobin" (identity mode none: binaries ignored, endpoint-only match)`},
 		{NetworkInput{Host: "example.org", Port: 443, IdentityNone: true}, "no policy lists example.org:443 (identity mode none: binaries ignored, endpoint-only match)"},
@@ -147,13 +147,16 @@ func TestDecideDestinationInfo(t *testing.T) {
 		exact bool
 		ips   []netip.Prefix
 	}{
-		// curl: the exact endpoint and the Wild Card wildcard both allow.
-		{NetworkInput{Host: "db.internal.corp", Port: 5432, Exe: "/usr/bin/curl"}, true, []netip.Prefix{p("10.0.0.0/8")}},
-		// psql: only the other policy's wildcard allows.
-		{NetworkInput{Host: "db.internal.corp", Port: 5432, Exe: "/usr/bin/psql"}, false, []netip.Prefix{p("192.168.0.0/16")}},
+		// The exact endpoint (its own port: overlapping endpoints that
+		// disagree on allowed_ips are refused at load, as OpenShell does).
+		{NetworkInput{Host: "db.internal.corp", Port: 5433, Exe: "/usr/bin/curl"}, true, nil},
+		// curl: the Wild Card wildcard allows, with its range.
+		{NetworkInput{Host: "db.internal.corp", Port: 5432, Exe: "/usr/bin/curl"}, false, []netip.Prefix{p("10.0.0.0/8")}},
+		// psql: only the other policy's wildcard allows (the same range: they must agree).
+		{NetworkInput{Host: "db.internal.corp", Port: 5432, Exe: "/usr/bin/psql"}, false, []netip.Prefix{p("10.0.0.0/8")}},
 		{NetworkInput{Host: "x.internal.corp", Port: 5432, Exe: "/usr/bin/curl"}, false, []netip.Prefix{p("10.0.0.0/8")}},
-		// Identity none: every endpoint for host:port allows; union of their ranges.
-		{NetworkInput{Host: "x.internal.corp", Port: 5432, IdentityNone: true}, false, []netip.Prefix{p("10.0.0.0/8"), p("192.168.0.0/16")}},
+		// Identity none: every endpoint for host:port allows; their ranges, once.
+		{NetworkInput{Host: "x.internal.corp", Port: 5432, IdentityNone: true}, false, []netip.Prefix{p("10.0.0.0/8")}},
 		{NetworkInput{Host: "a.example.com", Port: 443, Exe: "/usr/bin/curl"}, false, nil},
 		{NetworkInput{Host: "multi.example.org", Port: 80, Exe: "/usr/bin/curl"}, true, nil},
 		{NetworkInput{Host: "example.org", Port: 80, Exe: "/usr/bin/curl"}, false, nil},
@@ -173,14 +176,14 @@ func TestDecideDNS(t *testing.T) {
 		allow  bool
 		policy string
 	}{
-		{"a.example.com", true, "Wild Card"},
-		{"A.EXAMPLE.com.", true, "Wild Card"},
+		{"a.example.com", true, "wild"},
+		{"A.EXAMPLE.com.", true, "wild"},
 		{"example.com", false, "-"},
 		{"a.b.example.com", false, "-"},
-		{"db.internal.corp", true, "Wild Card"},
+		{"db.internal.corp", true, "wild"},
 		{"nobody.example.net", true, "nobin"}, // listed, even without binaries
-		{"upper.example.net", true, "Wild Card"},
-		{"multi.example.org.", true, "Wild Card"},
+		{"upper.example.net", true, "wild"},
+		{"multi.example.org.", true, "wild"},
 		{"example.org", false, "-"},
 		{"", false, "-"},
 		{"com", false, "-"},
@@ -206,10 +209,10 @@ func TestCompatDecisions(t *testing.T) {
 		{"claude via node", NetworkInput{Host: "api.anthropic.com", Port: 443, Exe: "/usr/bin/node"}, true, reason.None, "claude_code"},
 		{"claude via ancestor", NetworkInput{Host: "statsig.anthropic.com", Port: 443, Exe: "/usr/bin/node", Ancestors: []string{"/usr/local/bin/claude"}}, true, reason.None, "claude_code"},
 		{"anthropic by curl", NetworkInput{Host: "api.anthropic.com", Port: 443, Exe: "/usr/bin/curl"}, false, reason.BinaryNotAllowed, "claude_code"},
-		{"github by git: first policy in file order", NetworkInput{Host: "github.com", Port: 443, Exe: "/usr/bin/git"}, true, reason.None, "github-ssh-over-https"},
+		{"github by git: first policy in file order", NetworkInput{Host: "github.com", Port: 443, Exe: "/usr/bin/git"}, true, reason.None, "github_ssh_over_https"}, // the key; its name is github-ssh-over-https
 		{"github by node", NetworkInput{Host: "github.com", Port: 443, Exe: "/usr/bin/node"}, true, reason.None, "copilot"},
 		{"github by home glob", NetworkInput{Host: "github.com", Port: 443, Exe: "/home/alice/.local/bin/copilot"}, true, reason.None, "copilot"},
-		{"home glob one segment", NetworkInput{Host: "github.com", Port: 443, Exe: "/home/alice/x/.local/bin/copilot"}, false, reason.BinaryNotAllowed, "github-ssh-over-https"},
+		{"home glob one segment", NetworkInput{Host: "github.com", Port: 443, Exe: "/home/alice/x/.local/bin/copilot"}, false, reason.BinaryNotAllowed, "github_ssh_over_https"},
 		{"node_modules double star", NetworkInput{Host: "api.githubcopilot.com", Port: 443, Exe: copilotNM}, true, reason.None, "copilot"},
 		{"gitlab by glab", NetworkInput{Host: "gitlab.com", Port: 443, Exe: "/usr/bin/glab"}, true, reason.None, "gitlab"},
 		{"gitlab wrong port", NetworkInput{Host: "gitlab.com", Port: 22, Exe: "/usr/bin/glab"}, false, reason.EndpointNotAllowed, "-"},

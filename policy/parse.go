@@ -36,7 +36,7 @@ func endpointKeys() []string {
 		"rules", "deny_rules", "path", "allow_encoded_slash", "websocket_credential_rewrite",
 		"request_body_credential_rewrite", "allow_uninspected_credentials", "persisted_queries",
 		"graphql_persisted_queries", "graphql_max_body_bytes", "credential_signing",
-		"signing_service", "signing_region", "json_rpc", "mcp",
+		"signing_service", "signing_region", "json_rpc", "mcp", "credential_binding",
 	}
 }
 
@@ -96,6 +96,8 @@ func unenforcedEndpointField(key string) unenforcedField {
 		return unenforcedField{kindString, "TLS is passed through, never terminated"}
 	case "credential_signing", "signing_service", "signing_region":
 		return unenforcedField{kindString, cred}
+	case "credential_binding":
+		return unenforcedField{kindMap, cred}
 	case "websocket_credential_rewrite", "request_body_credential_rewrite", "allow_uninspected_credentials":
 		return unenforcedField{kindBool, cred}
 	default:
@@ -124,6 +126,8 @@ type parser struct {
 	notices  []Notice
 	nodes    int
 	tooLarge bool
+	// endpoints as written, for the ambiguity check (validate.go).
+	endpoints []*rawEndpoint
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, a ...any) {
@@ -277,6 +281,7 @@ func (p *parser) parse(data []byte) *Policy {
 			})
 		}
 	})
+	p.validate(root) // OpenShell's load-time checks: validate.go
 	if !sawVersion && p.resolve(root).Kind == yaml.MappingNode {
 		p.errorf(root, `missing required key "version"; the only valid version is 1`)
 	}
@@ -488,8 +493,10 @@ func (p *parser) endpoint(n *yaml.Node) *Endpoint {
 	if !ok {
 		return nil
 	}
-	if hostNode == nil {
-		p.errorf(n, "endpoint has no host; name the host (host-less allowed_ips endpoints are not supported)")
+	if hostNode == nil && len(ep.AllowedIPs) == 0 {
+		// Without a host, allowed_ips alone says which destinations are
+		// reachable: any name on the endpoint's ports (as OpenShell).
+		p.errorf(n, "endpoint has no host; name the host, or give allowed_ips to allow any name whose addresses are in them")
 		bad = true
 	}
 	switch {
@@ -543,8 +550,11 @@ func (p *parser) cidr(n *yaml.Node) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	pfx, err := netip.ParsePrefix(s)
+	if a, aerr := netip.ParseAddr(s); err != nil && aerr == nil && a.Zone() == "" {
+		pfx, err = a.Prefix(a.BitLen()) // a bare address is a /32 or /128 (as OpenShell)
+	}
 	if err != nil {
-		p.errorf(n, "allowed_ips: %q is not a CIDR; write e.g. 10.0.0.0/8 or 10.1.2.3/32", s)
+		p.errorf(n, "allowed_ips: %q is not a CIDR or an IP address; write e.g. 10.0.0.0/8 or 10.1.2.3", s)
 		return netip.Prefix{}, false
 	}
 	pfx = pfx.Masked()
@@ -562,8 +572,8 @@ func (p *parser) cidr(n *yaml.Node) (netip.Prefix, bool) {
 }
 
 // checkHost validates and normalises an endpoint host. It returns the
-// lower-case host without a trailing dot, whether it is a first-label
-// wildcard, or a message saying what is wrong.
+// lower-case host without a trailing dot, whether it is a host pattern
+// (OpenShell's language, see hostPattern), or a message saying what is wrong.
 func checkHost(s string) (string, bool, string) {
 	h := strings.ToLower(strings.TrimSuffix(s, "."))
 	switch {
@@ -583,27 +593,40 @@ func checkHost(s string) (string, bool, string) {
 	if strings.Contains(h, ":") {
 		return "", false, fmt.Sprintf("host %q must not carry a port; use port: or ports:", s)
 	}
+	// OpenShell treats a host as a pattern only when it has a '*' (its Rego
+	// compares any other host literally), so '?' and '[' need one too.
+	wild := strings.Contains(h, "*")
+	if !wild && strings.ContainsAny(h, "?[]!") {
+		return "", false, fmt.Sprintf("host %q: '?' and '[...]' are wildcards only in a host that also has '*' (OpenShell compares this host literally, so it would match no name); write e.g. *.example.com or api?.*.example.com", s)
+	}
 	labels := strings.Split(h, ".")
-	for i, l := range labels {
+	for _, l := range labels {
 		switch {
 		case l == "":
 			return "", false, fmt.Sprintf("host %q has an empty label", s)
-		case strings.Contains(l, "*") && i > 0:
-			return "", false, fmt.Sprintf("host %q: a wildcard is allowed only as the whole first label, e.g. *.example.com", s)
-		case strings.Contains(l, "*") && l != "*":
-			return "", false, fmt.Sprintf("host %q: a wildcard must be the whole first label (*.example.com); partial-label and ** wildcards are not supported", s)
-		case l != "*" && !validLabel(l):
-			return "", false, fmt.Sprintf("host %q: label %q may hold only letters, digits, '-' and '_'", s, l)
+		case !validLabel(strings.Map(dropGlobMeta, l)):
+			return "", false, fmt.Sprintf("host %q: label %q may hold only letters, digits, '-' and '_' (and the wildcards '*', '?', '[...]' in a pattern)", s, l)
 		}
 	}
-	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+	if last := labels[len(labels)-1]; !strings.ContainsAny(last, "*?[") && strings.Trim(last, "0123456789") == "" {
 		return "", false, fmt.Sprintf("host %q is neither a domain name (its last label is numeric) nor an IP address", s)
 	}
-	wild := labels[0] == "*"
-	if wild && len(labels) <= 2 {
-		return "", false, fmt.Sprintf("host %q is a top-level-domain wildcard; use at least two labels after the *, e.g. *.example.com", s)
+	if wild {
+		if _, msg := checkHostPattern(s, h); msg != "" {
+			return "", false, msg
+		}
 	}
 	return h, wild, ""
+}
+
+// dropGlobMeta removes the pattern characters from a label before the
+// character check (strings.Map callback).
+func dropGlobMeta(r rune) rune {
+	switch r {
+	case '*', '?', '[', ']', '!':
+		return -1
+	}
+	return r
 }
 
 func validLabel(l string) bool {

@@ -113,9 +113,9 @@ network_policies:
     endpoints:
       - { host: "*", port: 443 }
       - { host: "*.com", port: 443 }
-      - { host: "api.*.example.com", port: 443 }
-      - { host: "api-*.example.com", port: 443 }
-      - { host: "**.example.com", port: 443 }
+      - { host: "api.*-x.example.com", port: 443 }
+      - { host: "api**.example.com", port: 443 }
+      - { host: "api.**.example.com", port: 443 }
       - { host: "https://api.example.com", port: 443 }
       - { host: "api.example.com:443", port: 443 }
       - { host: "a..example.com", port: 443 }
@@ -126,9 +126,9 @@ network_policies:
 		want: []at{
 			{5, `"*"`, `host "*" would allow every host`},
 			{6, `"*.com"`, `host "*.com" is a top-level-domain wildcard`},
-			{7, `"api.*`, "a wildcard is allowed only as the whole first label"},
-			{8, `"api-*`, "a wildcard must be the whole first label"},
-			{9, `"**`, "partial-label and ** wildcards are not supported"},
+			{7, `"api.*`, "after the first label a wildcard must be a whole label '*'"},
+			{8, `"api**`, "'**' must be the whole first label"},
+			{9, `"api.**`, "'**' is allowed only as the whole first label"},
 			{10, `"https`, "must be a bare host name, not a URL"},
 			{11, `"api.example.com:443"`, "must not carry a port"},
 			{12, `"a..`, "has an empty label"},
@@ -190,9 +190,9 @@ network_policies:
     endpoints:
       - host: db.example.com
         port: 5432
-        allowed_ips: [10.0.0.0, 127.0.0.0/8, 0.0.0.0/0, "::1/128", "::ffff:127.0.0.1/128", 10.1.0.0/16, fe80::/10]` + validTail,
+        allowed_ips: [10.0.0.x, 127.0.0.0/8, 0.0.0.0/0, "::1/128", "::ffff:127.0.0.1/128", 10.1.0.0/16, fe80::/10]` + validTail,
 		want: []at{
-			{7, "10.0.0.0,", `allowed_ips: "10.0.0.0" is not a CIDR`},
+			{7, "10.0.0.x,", `allowed_ips: "10.0.0.x" is not a CIDR or an IP address`},
 			{7, "127.0.0.0/8", "allowed_ips: 127.0.0.0/8 overlaps loopback"},
 			{7, "0.0.0.0/0", "allowed_ips: 0.0.0.0/0 overlaps loopback"},
 			{7, `"::1/128"`, "overlaps loopback ::1/128"},
@@ -332,8 +332,9 @@ network_policies:
         tls: terminate
         enforcement: enforce
         access: read-only
-        rules: [{ allow: { method: GET, path: "/x" } }]
+        deny_rules: [{ method: POST, path: "/x" }]
         credential_signing: sigv4
+        signing_service: execute-api
       - { host: redis.example.com, port: 6379, protocol: tcp }
     binaries:
       - { path: /usr/bin/curl, harness: true }
@@ -350,10 +351,11 @@ network_policies:
 		{10, "tls", "tls: terminate accepted, not enforced: TLS is passed through"},
 		{11, "enforcement", "enforcement: enforce accepted, not enforced"},
 		{12, "access", "access: read-only accepted, not enforced"},
-		{13, "rules", "rules accepted, not enforced: L7 inspection is not implemented"},
+		{13, "deny_rules", "deny_rules accepted, not enforced: L7 inspection is not implemented"},
 		{14, "credential_signing", "credential_signing: sigv4 accepted, not enforced: credential"},
-		{17, "harness", "harness accepted, not enforced"},
-		{18, "nobins", `network policy "nobins" has no binaries`},
+		{15, "signing_service", "signing_service: execute-api accepted, not enforced: credential"},
+		{18, "harness", "harness accepted, not enforced"},
+		{19, "nobins", `network policy "nobins" has no binaries`},
 	}
 	notices := pol.Notices()
 	if len(notices) != len(want) {
@@ -374,7 +376,7 @@ network_policies:
 	if ep.Protocol != "rest" || ep.TLS != "terminate" || ep.Enforcement != "enforce" || ep.Access != "read-only" {
 		t.Errorf("endpoint fields not kept: %+v", ep)
 	}
-	if len(ep.Unenforced) != 2 || ep.Unenforced[0].Key != "rules" || ep.Unenforced[1].Value != "sigv4" {
+	if len(ep.Unenforced) != 3 || ep.Unenforced[0].Key != "deny_rules" || ep.Unenforced[1].Value != "sigv4" {
 		t.Errorf("unenforced fields = %+v", ep.Unenforced)
 	}
 	rules, _ := ep.Unenforced[0].Value.([]any)

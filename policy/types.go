@@ -86,10 +86,11 @@ type Process struct {
 
 // NetworkPolicy is one entry of network_policies.
 type NetworkPolicy struct {
-	// Key is the map key in network_policies.
+	// Key is the map key in network_policies. Decisions, audit events and
+	// 403 bodies report it as policy (as OpenShell).
 	Key string
-	// Name is the name field, or Key when the file gives none. Decisions
-	// and audit events carry it.
+	// Name is the name field, or Key when the file gives none; reported
+	// beside the key as policyName.
 	Name      string
 	Endpoints []*Endpoint
 	Binaries  []Binary
@@ -98,13 +99,17 @@ type NetworkPolicy struct {
 
 // Endpoint is one host and its ports within a network policy.
 type Endpoint struct {
-	// Host is lower-case without a trailing dot. A wildcard host is
-	// "*.<suffix>" and matches exactly one extra label.
+	// Host is lower-case without a trailing dot, or "" for a host-less
+	// endpoint (allowed_ips required: any name on Ports, the resolved
+	// addresses checked against AllowedIPs). Wildcard: Host is a pattern in
+	// OpenShell's language ('*' within a label, a first label "**" for one
+	// or more labels, '?', "[...]"; see hostPattern).
 	Host     string
 	Wildcard bool
 	// Ports from port or ports, each 1-65535.
 	Ports []uint16
-	// AllowedIPs permits destinations in private ranges.
+	// AllowedIPs permits destinations in private ranges (a bare address
+	// in the file is a /32 or /128).
 	AllowedIPs []netip.Prefix
 	// Kept, not enforced: the boundary decides on host, port and binary.
 	Protocol    string

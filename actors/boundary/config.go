@@ -33,7 +33,8 @@ type ConnectQuery struct {
 type ConnectVerdict struct {
 	Allow      bool
 	Reason     reason.Code
-	Policy     string
+	Policy     string // the network_policies key
+	PolicyName string // its name field, when it differs from the key
 	Message    string
 	Version    uint64
 	AllowedIPs []netip.Prefix

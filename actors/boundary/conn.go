@@ -120,7 +120,7 @@ func (a *connActor) serve(ctx actor.Context) {
 	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
 	who, err := cfg.Identity.Resolve(context.Background(), local, remote)
 	if err != nil {
-		a.deny(reason.IdentityUnavailable, "-", 0, fmt.Sprintf("peer identity unavailable: %v", err))
+		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
 		return
 	}
 	a.who = who
@@ -132,7 +132,7 @@ func (a *connActor) serve(ctx actor.Context) {
 	})
 	a.verdict = v
 	if !v.Allow {
-		a.deny(v.Reason, v.Policy, v.Version, v.Message)
+		a.deny(v.Reason, v.Policy, v.PolicyName, v.Version, v.Message)
 		return
 	}
 	// A socket several processes hold is allowed only if every holder is:
@@ -143,7 +143,7 @@ func (a *connActor) serve(ctx actor.Context) {
 		}
 		hv := cfg.Decider.DecideConnect(context.Background(), ConnectQuery{Host: req.Host, Port: req.Port, Exe: h.Exe, Ancestors: h.Ancestors})
 		if !hv.Allow {
-			a.deny(reason.BinaryNotAllowed, hv.Policy, hv.Version,
+			a.deny(reason.BinaryNotAllowed, hv.Policy, hv.PolicyName, hv.Version,
 				fmt.Sprintf("the socket is shared by %d processes and %s (pid %d) may not reach %s:%d: %s", len(who.Holders), h.Exe, h.Pid, req.Host, req.Port, hv.Message))
 			return
 		}
@@ -156,17 +156,17 @@ func (a *connActor) serve(ctx actor.Context) {
 	cancel()
 	switch {
 	case blocked != "":
-		a.deny(reason.InternalAddressBlocked, v.Policy, v.Version, blocked)
+		a.deny(reason.InternalAddressBlocked, v.Policy, v.PolicyName, v.Version, blocked)
 		return
 	case err != nil:
-		a.record(true, reason.UpstreamUnreachable, v.Policy, v.Version, err.Error())
+		a.record(true, reason.UpstreamUnreachable, v.Policy, v.PolicyName, v.Version, err.Error())
 		a.answered = true
 		a.writeBounded(func() error { return proxy.WriteBadGateway(a.conn, req.Host, req.Port, err.Error()) })
 		return
 	}
 	a.upstream = up
 	a.step = stepRelay
-	a.record(true, reason.None, v.Policy, v.Version, v.Message)
+	a.record(true, reason.None, v.Policy, v.PolicyName, v.Version, v.Message)
 	a.answered = true
 	send := sendTo(ctx.ActorSystem(), ctx.Self())
 	client := a.conn
@@ -184,15 +184,15 @@ func (a *connActor) serve(ctx actor.Context) {
 }
 
 // deny answers 403 and records the denial.
-func (a *connActor) deny(code reason.Code, policy string, version uint64, msg string) {
-	a.record(false, code, policy, version, msg)
+func (a *connActor) deny(code reason.Code, policy, policyName string, version uint64, msg string) {
+	a.record(false, code, policy, policyName, version, msg)
 	a.answered = true
 	host, port := "", 0
 	if a.req != nil {
 		host, port = a.req.Host, a.req.Port
 	}
 	a.writeBounded(func() error {
-		return proxy.WriteDenied(a.conn, proxy.Denial{Reason: code, Policy: policy, Host: host, Port: port, Message: msg})
+		return proxy.WriteDenied(a.conn, proxy.Denial{Reason: code, Policy: policy, PolicyName: policyName, Host: host, Port: port, Message: msg})
 	})
 }
 
@@ -205,7 +205,7 @@ func (a *connActor) writeBounded(write func() error) {
 	}
 }
 
-func (a *connActor) record(allowed bool, code reason.Code, policy string, version uint64, msg string) {
+func (a *connActor) record(allowed bool, code reason.Code, policy, policyName string, version uint64, msg string) {
 	if allowed && code != reason.UpstreamUnreachable {
 		a.b.stats.Allowed.Add(1)
 	} else if !allowed {
@@ -223,7 +223,7 @@ func (a *connActor) record(allowed bool, code reason.Code, policy string, versio
 	if ra := addrPort(a.conn.RemoteAddr()); ra.IsValid() {
 		e.Src = &audit.Endpoint{IP: ra.Addr().String(), Port: int(ra.Port())}
 	}
-	e.Policy.Name, e.Policy.Version, e.Message = policy, version, msg
+	e.Policy.Name, e.Policy.PolicyName, e.Policy.Version, e.Message = policy, policyName, version, msg
 	if a.b.cfg.Identity.Mode() == identity.ModeNone {
 		e.Unmapped = map[string]string{"identity": "none: endpoint-only matching, binaries ignored"}
 	}
@@ -242,7 +242,7 @@ func (a *connActor) cleanup() {
 			code = reason.IdentityUnavailable
 			msg = "peer identity lookup failed"
 		}
-		a.deny(code, "-", 0, msg)
+		a.deny(code, "-", "", 0, msg)
 	}
 	_ = a.conn.Close()
 	if a.upstream != nil {

@@ -274,7 +274,7 @@ func (a *queryActor) record(out dnsproxy.Outcome) {
 	if a.q.from.IsValid() {
 		e.Src = &audit.Endpoint{IP: a.q.from.Addr().String(), Port: int(a.q.from.Port())}
 	}
-	e.Policy.Name, e.Policy.Version, e.Message = out.Policy, out.Version, out.Message
+	e.Policy.Name, e.Policy.PolicyName, e.Policy.Version, e.Message = out.Policy, out.PolicyName, out.Version, out.Message
 	if out.Err != nil && e.Message == "" {
 		e.Message = out.Err.Error()
 	}

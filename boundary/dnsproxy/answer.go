@@ -30,9 +30,11 @@ var ErrMalformed = errors.New("malformed dns query")
 type Verdict struct {
 	Allow   bool
 	Reason  reason.Code // why not, when !Allow; empty means policy_dns_ineligible
-	Policy  string      // the policy (network_policies entry) that decided, if any
+	Policy  string      // the network_policies key of the policy that decided, if any
 	Version uint64      // the policy version that decided
-	Message string      // human-readable detail for the audit line
+	// PolicyName is that policy's name field when it differs from the key.
+	PolicyName string
+	Message    string // human-readable detail for the audit line
 }
 
 // Decider decides whether a DNS name may be resolved. name is normalised
@@ -140,6 +142,7 @@ type Outcome struct {
 	Allowed     bool
 	Reason      reason.Code
 	Policy      string
+	PolicyName  string // the policy's name field when it differs from Policy (its key)
 	Version     uint64
 	Message     string
 	Upstream    string // the upstream asked, if any
@@ -207,7 +210,7 @@ func (a *Answerer) answer(ctx context.Context, req *dns.Msg, out *Outcome) *dns.
 	if a.Decider != nil {
 		v = a.Decider.DecideDNS(ctx, name, q.Qtype)
 	}
-	out.Allowed, out.Policy, out.Version, out.Message = v.Allow, v.Policy, v.Version, v.Message
+	out.Allowed, out.Policy, out.PolicyName, out.Version, out.Message = v.Allow, v.Policy, v.PolicyName, v.Version, v.Message
 	if !v.Allow {
 		out.Disposition, out.Reason = DispositionRefused, v.Reason
 		if out.Reason == reason.None {

@@ -12,12 +12,15 @@ import (
 // Denial is the JSON body of a 403 (and, with Error "upstream_unreachable",
 // of a 502). Keys are part of the product contract.
 type Denial struct {
-	Error   string      `json:"error"`
-	Reason  reason.Code `json:"reason"`
-	Policy  string      `json:"policy"`
-	Host    string      `json:"host"`
-	Port    int         `json:"port"`
-	Message string      `json:"message,omitempty"`
+	Error  string      `json:"error"`
+	Reason reason.Code `json:"reason"`
+	Policy string      `json:"policy"`
+	// PolicyName is the policy's name field when it differs from its
+	// network_policies key (Policy).
+	PolicyName string `json:"policyName,omitempty"`
+	Host       string `json:"host"`
+	Port       int    `json:"port"`
+	Message    string `json:"message,omitempty"`
 }
 
 // WriteDenied writes a 403 with a policy_denied body.

@@ -260,6 +260,7 @@ type decisionJSON struct {
 	Allow      bool           `json:"allow"`
 	Reason     string         `json:"reason,omitempty"`
 	Policy     string         `json:"policy,omitempty"`
+	PolicyName string         `json:"policyName,omitempty"`
 	Message    string         `json:"message,omitempty"`
 	Version    uint64         `json:"version"`
 	ExactHost  bool           `json:"exactHost,omitempty"`
@@ -268,6 +269,9 @@ type decisionJSON struct {
 
 func printDecision(w io.Writer, format string, d policy.Decision, network bool) error {
 	out := decisionJSON{Allow: d.Allow, Reason: string(d.Reason), Policy: d.Policy, Message: d.Message, Version: d.Version}
+	if d.PolicyName != d.Policy {
+		out.PolicyName = d.PolicyName // the key is policy; the name beside it where it differs
+	}
 	if d.Allow && network {
 		out.ExactHost, out.AllowedIPs = d.ExactHost, d.AllowedIPs
 	}
@@ -285,6 +289,7 @@ func printDecision(w io.Writer, format string, d policy.Decision, network bool) 
 	field("allow", out.Allow, false)
 	field("reason", out.Reason, out.Reason == "")
 	field("policy", out.Policy, out.Policy == "")
+	field("policyName", out.PolicyName, out.PolicyName == "")
 	field("message", out.Message, out.Message == "")
 	field("version", out.Version, false)
 	field("exactHost", out.ExactHost, !out.ExactHost)
