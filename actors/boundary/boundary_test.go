@@ -307,3 +307,42 @@ func TestDNSQueryFaultContainment(t *testing.T) {
 		t.Fatalf("query actors stopped by supervisor: %d, want 2", s)
 	}
 }
+
+// TestDenialNamesPolicyKey: a denial reports the network_policies key as
+// `policy` (OpenShell's convention) and the policy's name beside it as
+// `policyName`, in the 403 body and in the audit event.
+func TestDenialNamesPolicyKey(t *testing.T) {
+	e := startEnv(t, envOpts{})
+	if _, err := e.engine.Load("p2.yaml", []byte(fmt.Sprintf(`version: 1
+network_policies:
+  meta-key:
+    name: Metadata Service
+    endpoints: [{ host: metadata.test, port: %d }]
+    binaries: [{ path: "/**" }]
+`, e.webPort))); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := e.connect(t, "metadata.test", e.webPort) // allowed by policy, blocked by address
+	var d struct {
+		Reason     string `json:"reason"`
+		Policy     string `json:"policy"`
+		PolicyName string `json:"policyName"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 403 {
+		t.Fatalf("CONNECT metadata.test: %d %q (%v)", code, body, err)
+	}
+	if d.Policy != "meta-key" || d.PolicyName != "Metadata Service" || d.Reason != string(reason.InternalAddressBlocked) {
+		t.Fatalf("403 body %+v, want policy meta-key, policyName Metadata Service", d)
+	}
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for _, ev := range e.audit.events {
+		if ev.Reason == reason.InternalAddressBlocked {
+			if ev.Policy.Name != "meta-key" || ev.Policy.PolicyName != "Metadata Service" {
+				t.Fatalf("audit policy %+v, want name meta-key, policyName Metadata Service", ev.Policy)
+			}
+			return
+		}
+	}
+	t.Fatal("no audit event for the denial")
+}
