@@ -151,3 +151,44 @@ func BenchmarkOPAFloor(b *testing.B) {
 	b.StopTimer()
 	reportLatency(b, lat)
 }
+
+// patternPolicy1000 is a policy of 1,000 endpoints in OpenShell's pattern
+// shapes (partial first label, middle label, any depth) and one host-less
+// allowed_ips endpoint on its own port, with inputs that each match one
+// pattern.
+func patternPolicy1000() ([]byte, []NetworkInput) {
+	var b strings.Builder
+	b.WriteString("version: 1\nnetwork_policies:\n")
+	var ins []NetworkInput
+	for i := 0; i < 1000; i++ {
+		var host, query string
+		switch i % 3 {
+		case 0:
+			host, query = fmt.Sprintf("*-svc%d.example.com", i), fmt.Sprintf("eu-svc%d.example.com", i)
+		case 1:
+			host, query = fmt.Sprintf("*.s3.*.region%d.example.net", i), fmt.Sprintf("bucket.s3.eu.region%d.example.net", i)
+		default:
+			host, query = fmt.Sprintf("**.deep%d.example.org", i), fmt.Sprintf("a.b.c.deep%d.example.org", i)
+		}
+		fmt.Fprintf(&b, "  p%d:\n    endpoints: [{ host: %q, port: 443 }]\n    binaries: [{ path: /usr/bin/curl }]\n", i, host)
+		ins = append(ins, NetworkInput{Host: query, Port: 443, Exe: "/usr/bin/curl"})
+	}
+	b.WriteString("  hostless:\n    endpoints: [{ port: 8443, allowed_ips: [10.0.0.0/8] }]\n    binaries: [{ path: /usr/bin/curl }]\n")
+	return []byte(b.String()), ins
+}
+
+// BenchmarkDecide1000Patterns: uncached decisions against 1,000 pattern
+// endpoints (the per-version pattern index, evaluated through OPA).
+func BenchmarkDecide1000Patterns(b *testing.B) {
+	src, ins := patternPolicy1000()
+	e := NewEngine(WithCacheSize(0))
+	if _, err := e.Load("patterns.yaml", src); err != nil {
+		b.Fatal(err)
+	}
+	for _, in := range ins[:3] {
+		if d := e.DecideNetwork(context.Background(), in); !d.Allow {
+			b.Fatalf("%s: %s", in.Host, d.Message)
+		}
+	}
+	benchDecide(b, e, ins)
+}
