@@ -211,7 +211,7 @@ func (s *Store) Get(_ context.Context, name string) (Record, error) {
 		if v == nil {
 			return ErrNotFound
 		}
-		return decode(v, &rec)
+		return Decode(v, &rec)
 	})
 	if err != nil {
 		return Record{}, s.errorf("get", name, err)
@@ -228,7 +228,7 @@ func (s *Store) List(_ context.Context) ([]Record, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(sandboxesBucket()).ForEach(func(k, v []byte) error {
 			var rec Record
-			if err := decode(v, &rec); err != nil {
+			if err := Decode(v, &rec); err != nil {
 				errs = append(errs, s.errorf("list", string(k), err))
 				return nil
 			}
@@ -242,7 +242,9 @@ func (s *Store) List(_ context.Context) ([]Record, error) {
 	return recs, errors.Join(errs...)
 }
 
-func decode(v []byte, rec *Record) error {
+// Decode reads a record as every Store writes it (JSON), refusing one with
+// no schema version or a newer one than this build understands.
+func Decode(v []byte, rec *Record) error {
 	if err := json.Unmarshal(v, rec); err != nil {
 		return fmt.Errorf("decode: %w", err)
 	}
