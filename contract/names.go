@@ -39,7 +39,14 @@ const DefaultGateway = "127.0.0.1:7420"
 // logs` stream): the prefix and 1 to 64 lower-case hex digits.
 const ClientStreamPrefix = "logs-stream/"
 
-// ControlPlanePorts are never dialed by the boundary for a named host or
-// an allowed_ips range (etcd 2379/2380, the Kubernetes API 6443, kubelet
-// 10250/10255); `policy check` warns about an endpoint on one of them.
-func ControlPlanePorts() []int { return []int{2379, 2380, 6443, 10250, 10255} }
+// IsControlPlanePort reports whether the boundary never dials port for a
+// named host or an allowed_ips range: etcd 2379/2380, the Kubernetes API
+// 6443, kubelet 10250/10255. `policy check` warns about an endpoint on one.
+// (A switch: it is asked for every connection, and allocates nothing.)
+func IsControlPlanePort(port int) bool {
+	switch port {
+	case 2379, 2380, 6443, 10250, 10255:
+		return true
+	}
+	return false
+}

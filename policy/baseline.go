@@ -95,7 +95,7 @@ func (p *Policy) BoundaryWarnings() []Notice {
 			}
 			if !ep.Wildcard {
 				for _, port := range ep.Ports {
-					if slices.Contains(contract.ControlPlanePorts(), int(port)) {
+					if contract.IsControlPlanePort(int(port)) {
 						warn("port %d is a control-plane port (etcd, Kubernetes API, kubelet): the boundary never dials it for a named host", port)
 					}
 				}

@@ -146,7 +146,7 @@ type endpointInfo struct {
 
 // compiled is a policy ready for evaluation: prepared queries over its
 // data document, the endpoint table the Rego ids index into, and the
-// policy names by network_policies key.
+// policy names by network_policies key (only those that differ from it).
 type compiled struct {
 	network   rego.PreparedEvalQuery
 	dns       rego.PreparedEvalQuery
@@ -285,7 +285,9 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 	patGroup := map[string]*hostGroup{}
 	simpleOnly := true // every pattern is "*.<literal suffix>": the wild table answers
 	for _, np := range pol.NetworkPolicies {
-		c.names[np.Key] = np.Name
+		if np.Name != np.Key {
+			c.names[np.Key] = np.Name // decisions carry a name only where it differs
+		}
 		for _, b := range np.Binaries {
 			if b.Glob && globs[b.Path] == nil {
 				g, err := glob.Compile(b.Path, '/')

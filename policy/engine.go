@@ -49,8 +49,8 @@ type Decision struct {
 	// Policy is the network_policies key of the matched policy, "-" if
 	// none (OpenShell reports the key too).
 	Policy string
-	// PolicyName is that policy's name field (its key when it has none);
-	// empty when no policy matched.
+	// PolicyName is that policy's name field when it differs from its key
+	// (empty otherwise, and when no policy matched).
 	PolicyName string
 	Message    string
 	// Version is the policy version that decided (0: no policy).

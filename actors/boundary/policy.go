@@ -17,20 +17,11 @@ func (d engineDecider) DecideConnect(ctx context.Context, q ConnectQuery) Connec
 	v := d.e.DecideNetwork(ctx, policy.NetworkInput{
 		Host: q.Host, Port: uint16(q.Port), Exe: q.Exe, Ancestors: q.Ancestors, IdentityNone: q.IdentityNone,
 	})
-	return ConnectVerdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, PolicyName: nameIfDiffers(v), Message: v.Message,
+	return ConnectVerdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, PolicyName: v.PolicyName, Message: v.Message,
 		Version: v.Version, AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost}
 }
 
 func (d engineDecider) DecideDNS(ctx context.Context, name string, qtype uint16) dnsproxy.Verdict {
 	v := d.e.DecideDNS(ctx, policy.DNSInput{Name: name, QType: qtype})
-	return dnsproxy.Verdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, PolicyName: nameIfDiffers(v), Version: v.Version, Message: v.Message}
-}
-
-// nameIfDiffers is the matched policy's name when it is not its key (the
-// key is what decisions, audit events and 403 bodies report as policy).
-func nameIfDiffers(d policy.Decision) string {
-	if d.PolicyName == d.Policy {
-		return ""
-	}
-	return d.PolicyName
+	return dnsproxy.Verdict{Allow: v.Allow, Reason: v.Reason, Policy: v.Policy, PolicyName: v.PolicyName, Version: v.Version, Message: v.Message}
 }

@@ -32,21 +32,12 @@ var (
 	metadata6 = netip.MustParsePrefix("fd00:ec2::254/128")
 )
 
-// ControlPlanePorts are never dialed for an exact-host or allowed_ips
-// endpoint, whatever the address (as OpenShell): etcd client and peer, the
-// Kubernetes API server, the kubelet API and its read-only port.
-func ControlPlanePorts() []int { return contract.ControlPlanePorts() }
-
-// CheckPort refuses a control-plane port for an exact-host or allowed_ips
-// endpoint.
+// CheckPort refuses a control-plane port (contract.IsControlPlanePort) for
+// an exact-host or allowed_ips endpoint, whatever the address (as
+// OpenShell).
 func CheckPort(port int, r DestRule) (reason.Code, string) {
-	if !r.ExactHost && len(r.AllowedIPs) == 0 {
-		return reason.None, ""
-	}
-	for _, p := range ControlPlanePorts() {
-		if p == port {
-			return reason.InternalAddressBlocked, fmt.Sprintf("port %d is a control-plane port (etcd, Kubernetes API, kubelet)", port)
-		}
+	if (r.ExactHost || len(r.AllowedIPs) > 0) && contract.IsControlPlanePort(port) {
+		return reason.InternalAddressBlocked, fmt.Sprintf("port %d is a control-plane port (etcd, Kubernetes API, kubelet)", port)
 	}
 	return reason.None, ""
 }

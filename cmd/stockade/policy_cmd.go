@@ -268,10 +268,7 @@ type decisionJSON struct {
 }
 
 func printDecision(w io.Writer, format string, d policy.Decision, network bool) error {
-	out := decisionJSON{Allow: d.Allow, Reason: string(d.Reason), Policy: d.Policy, Message: d.Message, Version: d.Version}
-	if d.PolicyName != d.Policy {
-		out.PolicyName = d.PolicyName // the key is policy; the name beside it where it differs
-	}
+	out := decisionJSON{Allow: d.Allow, Reason: string(d.Reason), Policy: d.Policy, PolicyName: d.PolicyName, Message: d.Message, Version: d.Version}
 	if d.Allow && network {
 		out.ExactHost, out.AllowedIPs = d.ExactHost, d.AllowedIPs
 	}
