@@ -20,8 +20,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testworld"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // world is one gateway (restartable) over a state dir, an upstream web
@@ -116,7 +118,7 @@ func (w *world) startGateway(ctx context.Context) error {
 	cl := w.cl
 	w.mu.Unlock()
 	if cl == nil {
-		cfg, err := client.ReadConfig(filepath.Join(w.state, client.ConfigFile))
+		cfg, err := trust.ReadClientConfig(contract.StateDir(w.state).ClientConfig())
 		if err == nil {
 			cl, err = client.Dial(p.Addrs.API, cfg, zerolog.Nop())
 		}

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
@@ -119,7 +118,7 @@ func TestControlPlaneAttacks(t *testing.T) {
 		}
 
 		// A valid client certificate: only api, only client requests.
-		cfg, err := client.ReadConfig(filepath.Join(w.state, client.ConfigFile))
+		cfg, err := trust.ReadClientConfig(contract.StateDir(w.state).ClientConfig())
 		if err != nil {
 			t.Fatal(err)
 		}

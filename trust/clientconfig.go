@@ -9,11 +9,9 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-)
 
-// ClientConfigFile is the client configuration's name in a gateway's state dir
-// (`gateway run` writes it there for the local operator).
-const ClientConfigFile = "client.config"
+	"github.com/stockade-dev/stockade/contract"
+)
 
 // ClientFile is a client configuration file, like a kubeconfig: the gateways to
 // try, the CA that signs them, and this client's certificate and key. The
@@ -42,7 +40,7 @@ func ClientConfigPlaces(explicit, stateDir string) []string {
 	if d, err := os.UserConfigDir(); err == nil {
 		out = append(out, filepath.Join(d, "stockade", "config"))
 	}
-	return append(out, filepath.Join(stateDir, ClientConfigFile))
+	return append(out, contract.StateDir(stateDir).ClientConfig())
 }
 
 // ErrNoClientConfig is wrapped when no configuration file exists at any place.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
 )
@@ -109,7 +110,7 @@ func (p *pki) revoke(ctx context.Context, name string) (int, error) {
 // certificate and key. A certificate still good for a month (from this CA,
 // not revoked) is kept; otherwise a new one is issued.
 func (p *pki) writeLocalConfig(ctx context.Context, stateDir, addr string) error {
-	path := filepath.Join(stateDir, trust.ClientConfigFile)
+	path := contract.StateDir(stateDir).ClientConfig()
 	cfg, err := trust.ReadClientConfig(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

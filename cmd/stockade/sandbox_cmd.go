@@ -23,6 +23,7 @@ import (
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 type clientOpts struct {
@@ -79,7 +80,7 @@ func newSandboxCmd() *cobra.Command {
 // there is none) and the gateway addresses to try: --gateway, else the
 // configuration's, else the default.
 func (co *clientOpts) configuration() (*client.Config, []string, error) {
-	cfg, _, err := client.LoadConfig(client.ConfigPlaces(co.config, co.stateDir))
+	cfg, _, err := trust.LoadClientConfig(trust.ClientConfigPlaces(co.config, co.stateDir))
 	var addrs []string
 	for _, a := range strings.Split(co.gateway, ",") {
 		if a = strings.TrimSpace(a); a != "" {
