@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"strings"
@@ -27,16 +26,7 @@ func TestConnectExitCodes(t *testing.T) {
 		c := exec.Command(bin, append([]string{"sandbox", "--state-dir", w.state}, args...)...)
 		c.Env = append(append(os.Environ(), "STOCKADE_GATEWAY="+w.addr, "TMPDIR="+tmp), env...)
 		c.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		c.Stdout, c.Stderr = &out, &errb
-		err := c.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run %v: %v", args, err)
-		}
-		return out.String(), errb.String(), code
+		return runCmd(t, c)
 	}
 	out, errOut, code := client("echo hello from inside; exit 7\n", nil, "connect", "conn")
 	if code != 7 || out != "hello from inside\n" {

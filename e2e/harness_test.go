@@ -171,6 +171,13 @@ func (w *world) cli(args ...string) (string, string, int) {
 	w.t.Helper()
 	cmd := exec.Command(bin, append([]string{"sandbox", "--state-dir", w.state}, args...)...)
 	cmd.Env = append(os.Environ(), "STOCKADE_GATEWAY="+w.addr)
+	return runCmd(w.t, cmd)
+}
+
+// runCmd runs cmd to its end and returns its stdout, stderr and exit code;
+// a command that cannot run at all fails the test.
+func runCmd(t testing.TB, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -178,7 +185,7 @@ func (w *world) cli(args ...string) (string, string, int) {
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		w.t.Fatalf("run %v: %v", args, err)
+		t.Fatalf("run %v: %v", cmd.Args, err)
 	}
 	return out.String(), errb.String(), code
 }

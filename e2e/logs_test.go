@@ -53,17 +53,7 @@ func (e *elsewhere) command(args ...string) *exec.Cmd {
 // run runs a verb to its end: stdout, stderr, exit code.
 func (e *elsewhere) run(args ...string) (string, string, int) {
 	e.t.Helper()
-	cmd := e.command(args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		e.t.Fatalf("run %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(e.t, e.command(args...))
 }
 
 // lines splits output into its lines.

@@ -17,17 +17,7 @@ import (
 // policyCLI runs `stockade policy ...` against the world's gateway.
 func (w *world) policyCLI(args ...string) (string, string, int) {
 	w.t.Helper()
-	cmd := exec.Command(bin, append(append([]string{"policy"}, args...), "--state-dir", w.state, "--gateway", w.addr)...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		w.t.Fatal(err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(w.t, exec.Command(bin, append(append([]string{"policy"}, args...), "--state-dir", w.state, "--gateway", w.addr)...))
 }
 
 // TestPolicySetHotReload: `policy set` makes a new version live in a

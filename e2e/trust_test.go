@@ -31,15 +31,7 @@ func run(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return out.String(), errb.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %v: %v", args, err)
-	}
-	return out.String(), errb.String(), 0
+	return runCmd(t, cmd)
 }
 
 // TestCAKeyReadableByOthersStopsTheGateway: a CA key of mode 0644 stops
