@@ -313,6 +313,10 @@ func TestWatchLines(t *testing.T) {
 	a := &messages.SandboxStatus{Name: "a", Phase: "Ready", Message: "running", SupervisorPid: 10, WorkloadPid: 12}
 	w.observe(at, []*messages.SandboxStatus{a}, true)
 	w.observe(at, []*messages.SandboxStatus{a}, true) // no change: no line
+	counted := &messages.SandboxStatus{Name: "a", Phase: "Ready", Message: "running", SupervisorPid: 10, WorkloadPid: 12, RecoveryAttempts: 0}
+	a.RecoveryAttempts = 3 // the attempt counter resets after a stable run: not shown, no line
+	w.observe(at, []*messages.SandboxStatus{a}, true)
+	w.observe(at, []*messages.SandboxStatus{counted}, true)
 	a2 := &messages.SandboxStatus{Name: "a", Phase: "Stopping", Message: "stop requested", SupervisorPid: 10, WorkloadPid: 12}
 	w.observe(at, []*messages.SandboxStatus{a2}, true)
 	w.observe(at, nil, true) // gone

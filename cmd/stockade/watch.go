@@ -61,6 +61,7 @@ func (w *watcher) observe(at time.Time, list []*messages.SandboxStatus, all bool
 	for _, st := range list {
 		here[st.Name] = true
 		now := shownOf(st)
+		now.attempts = 0 // not in a watch line: a change of it alone prints nothing
 		if prev, ok := w.seen[st.Name]; ok && prev == now {
 			continue
 		}
