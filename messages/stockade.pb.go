@@ -946,7 +946,8 @@ type SandboxStatus struct {
 	Restarts         map[string]int64       `protobuf:"bytes,12,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transitions      []*Transition          `protobuf:"bytes,13,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
-	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"` // this creation of the sandbox (its logs are its own)
+	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`   // this creation of the sandbox (its logs are its own)
+	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"` // cluster: the node that owns (drives) it; empty on a single node or with no owner
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1082,6 +1083,13 @@ func (x *SandboxStatus) GetResources() *Resources {
 func (x *SandboxStatus) GetUid() string {
 	if x != nil {
 		return x.Uid
+	}
+	return ""
+}
+
+func (x *SandboxStatus) GetNode() string {
+	if x != nil {
+		return x.Node
 	}
 	return ""
 }
@@ -1576,11 +1584,14 @@ func (x *Hello) GetHostKey() string {
 }
 
 type HelloAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Session       *actor.PID             `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"` // the gateway's session actor to heartbeat
-	HeartbeatMs   int64                  `protobuf:"varint,4,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Status      Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"`
+	Message     string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Session     *actor.PID             `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"` // the gateway's session actor to heartbeat
+	HeartbeatMs int64                  `protobuf:"varint,4,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// The API addresses of the live gateway nodes (the cluster); a
+	// supervisor replaces its list of gateways with it when non-empty.
+	Gateways      []string `protobuf:"bytes,5,rep,name=gateways,proto3" json:"gateways,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1641,6 +1652,13 @@ func (x *HelloAck) GetHeartbeatMs() int64 {
 		return x.HeartbeatMs
 	}
 	return 0
+}
+
+func (x *HelloAck) GetGateways() []string {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
 }
 
 type Heartbeat struct {
@@ -1949,6 +1967,53 @@ func (x *OpenRelay) GetAddr() string {
 	return ""
 }
 
+// Reconnect tells a supervisor that a (new) owner node drives its sandbox:
+// say Hello to that node's API now instead of waiting to notice that the
+// old session is gone (a cluster failover, a gateway restart).
+type Reconnect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gateway       string                 `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"` // the owner node's API address
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reconnect) Reset() {
+	*x = Reconnect{}
+	mi := &file_stockade_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reconnect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reconnect) ProtoMessage() {}
+
+func (x *Reconnect) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reconnect.ProtoReflect.Descriptor instead.
+func (*Reconnect) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Reconnect) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
 // FaultRequest arms a fault at a named point in a sandbox's supervisor
 // (testing and the chaos harness; `stockade sandbox fault`). The gateway
 // forwards it to the supervisor as it is.
@@ -1962,7 +2027,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2039,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2052,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{23}
+	return file_stockade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FaultRequest) GetName() string {
@@ -2019,7 +2084,7 @@ type BoundaryFailed struct {
 
 func (x *BoundaryFailed) Reset() {
 	*x = BoundaryFailed{}
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2096,7 @@ func (x *BoundaryFailed) String() string {
 func (*BoundaryFailed) ProtoMessage() {}
 
 func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2109,7 @@ func (x *BoundaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryFailed.ProtoReflect.Descriptor instead.
 func (*BoundaryFailed) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{24}
+	return file_stockade_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BoundaryFailed) GetSandbox() string {
@@ -2137,7 +2202,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xfe\x04\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x92\x05\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -2154,7 +2219,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\brestarts\x18\f \x03(\v2(.stockade.v1.SandboxStatus.RestartsEntryR\brestarts\x129\n" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
 	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x12\x10\n" +
-	"\x03uid\x18\x0f \x01(\tR\x03uid\x1a;\n" +
+	"\x03uid\x18\x0f \x01(\tR\x03uid\x12\x12\n" +
+	"\x04node\x18\x10 \x01(\tR\x04node\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x03\n" +
@@ -2203,13 +2269,14 @@ const file_stockade_proto_rawDesc = "" +
 	".actor.PIDR\n" +
 	"supervisor\x12%\n" +
 	"\x0epolicy_version\x18\a \x01(\x04R\rpolicyVersion\x12\x19\n" +
-	"\bhost_key\x18\b \x01(\tR\ahostKeyJ\x04\b\x01\x10\x02R\x05token\"\x9a\x01\n" +
+	"\bhost_key\x18\b \x01(\tR\ahostKeyJ\x04\b\x01\x10\x02R\x05token\"\xb6\x01\n" +
 	"\bHelloAck\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
 	"\asession\x18\x03 \x01(\v2\n" +
 	".actor.PIDR\asession\x12!\n" +
-	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"\xab\x02\n" +
+	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\x12\x1a\n" +
+	"\bgateways\x18\x05 \x03(\tR\bgateways\"\xab\x02\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x10\n" +
@@ -2232,7 +2299,9 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04nameJ\x04\b\x01\x10\x02R\x05token\"5\n" +
 	"\tOpenRelay\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"C\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"%\n" +
+	"\tReconnect\x12\x18\n" +
+	"\agateway\x18\x01 \x01(\tR\agateway\"C\n" +
 	"\fFaultRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04rule\x18\x03 \x01(\tR\x04ruleJ\x04\b\x01\x10\x02R\x05token\"^\n" +
@@ -2273,7 +2342,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_stockade_proto_goTypes = []any{
 	(Status)(0),            // 0: stockade.v1.Status
 	(Verb)(0),              // 1: stockade.v1.Verb
@@ -2300,11 +2369,12 @@ var file_stockade_proto_goTypes = []any{
 	(*HeartbeatAck)(nil),   // 22: stockade.v1.HeartbeatAck
 	(*RelayRequest)(nil),   // 23: stockade.v1.RelayRequest
 	(*OpenRelay)(nil),      // 24: stockade.v1.OpenRelay
-	(*FaultRequest)(nil),   // 25: stockade.v1.FaultRequest
-	(*BoundaryFailed)(nil), // 26: stockade.v1.BoundaryFailed
-	nil,                    // 27: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 28: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 29: actor.PID
+	(*Reconnect)(nil),      // 25: stockade.v1.Reconnect
+	(*FaultRequest)(nil),   // 26: stockade.v1.FaultRequest
+	(*BoundaryFailed)(nil), // 27: stockade.v1.BoundaryFailed
+	nil,                    // 28: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                    // 29: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),      // 30: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	3,  // 0: stockade.v1.CreateRequest.limits:type_name -> stockade.v1.Limits
@@ -2312,16 +2382,16 @@ var file_stockade_proto_depIdxs = []int32{
 	1,  // 2: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
 	8,  // 3: stockade.v1.LogsBatch.entries:type_name -> stockade.v1.LogEntry
 	0,  // 4: stockade.v1.LogsBatch.status:type_name -> stockade.v1.Status
-	27, // 5: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	28, // 5: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	11, // 6: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	4,  // 7: stockade.v1.SandboxStatus.resources:type_name -> stockade.v1.Resources
 	0,  // 8: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	12, // 9: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	12, // 10: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	29, // 11: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	30, // 11: stockade.v1.Hello.supervisor:type_name -> actor.PID
 	0,  // 12: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	29, // 13: stockade.v1.HelloAck.session:type_name -> actor.PID
-	28, // 14: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	30, // 13: stockade.v1.HelloAck.session:type_name -> actor.PID
+	29, // 14: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
 	4,  // 15: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
 	16, // [16:16] is the sub-list for method output_type
 	16, // [16:16] is the sub-list for method input_type
@@ -2341,7 +2411,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -124,6 +124,14 @@ type Record struct {
 	SupervisorPID int                `json:"supervisorPid,omitempty"`
 	WorkloadPID   int                `json:"workloadPid,omitempty"`
 	InstanceID    string             `json:"instanceId,omitempty"`
+	// SupervisorAddr is the current supervisor's endpoint (host:port), as
+	// its Hello said: a node that adopts the supervisor (a failover, a
+	// gateway restart) tells it there to reconnect at once.
+	SupervisorAddr string `json:"supervisorAddr,omitempty"`
+	// Host names the host whose node created the sandbox: its workspace
+	// and supervisor live there, and only a node of that host drives it
+	// (cluster mode; empty on a single node).
+	Host string `json:"host,omitempty"`
 }
 
 // Name returns the sandbox's name.

@@ -35,6 +35,11 @@ var ErrNotFound = errors.New("no such sandbox")
 // (another actor, another node). Nothing was written.
 var ErrConflict = errors.New("the record changed since it was read")
 
+// ErrNotOwner is wrapped by a cluster store's Put and Delete when this
+// node does not own the sandbox (any more): its lease lapsed, or another
+// node claimed it. Nothing was written; the node must stop driving it.
+var ErrNotOwner = errors.New("this node does not own the sandbox")
+
 func sandboxesBucket() []byte { return []byte("sandboxes") }
 
 // clientsBucket holds the certificates issued to clients, by serial.

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
@@ -22,11 +24,15 @@ import (
 
 // Local messages of the session actor.
 type (
-	tick     struct{}
+	tick struct{}
+	// helloDue: the wait before the next Hello is over.
+	helloDue struct{}
 	exited   struct{ msg *messages.WorkloadExited }
 	helloRes struct {
-		ack *messages.HelloAck
-		err error
+		gen  uint64 // the Hello's number: an older one's answer is moot
+		addr string // the gateway the Hello went to
+		ack  *messages.HelloAck
+		err  error
 	}
 	hbRes struct {
 		ok bool
@@ -38,17 +44,29 @@ type (
 
 // session is the supervisor's end of the gateway session.
 type session struct {
-	log       zerolog.Logger
-	api       *actor.PID // the gateway's hello actor
-	chaos     bool       // FaultRequests are taken (the gateway runs --chaos)
-	relayTLS  *tls.Config
-	hello     *messages.Hello
-	gw        *actor.PID // the gateway's session actor, once accepted
+	log zerolog.Logger
+	// gateways are the gateway nodes' API addresses (never empty); a Hello
+	// goes to the hello actor of gateways[cur]. A node that does not answer
+	// passes the turn to the next; a HelloAck's list replaces this one.
+	gateways []string
+	cur      int
+	// unanswered counts the Hellos in a row that got no answer: after a
+	// whole round of the list, the session backs off.
+	unanswered int
+	chaos      bool // FaultRequests are taken (the gateway runs --chaos)
+	relayTLS   *tls.Config
+	hello      *messages.Hello
+	// gw is the session actor of the node that owns this sandbox, once a
+	// Hello is accepted: not necessarily on the node the Hello went to (a
+	// node forwards a Hello to the owner, which answers).
+	gw        *actor.PID
 	seq       uint64
 	lastAck   time.Time
 	pending   bool // a Hello or heartbeat request is in flight
+	helloGen  uint64
 	backoff   time.Duration
 	nextHello time.Time
+	helloWait scheduler.CancelFunc     // the timer of the next Hello, if one is set
 	exit      *messages.WorkloadExited // to deliver before the supervisor ends
 	restarts  func() map[string]int64
 	resources func() *messages.Resources // nil: none reported
@@ -67,33 +85,58 @@ const (
 	lostAfter      = contract.SessionLostAfter
 )
 
+// Hello timing: a node that does not answer within helloTimeout passes
+// the turn to the next node at once; after a whole round of the list
+// without an answer the session waits (minBackoff, doubling up to
+// maxBackoff). A node that answers UNAVAILABLE (the cluster has no owner
+// for this sandbox yet: a failover is under way) is asked again after
+// unavailableRetry.
+const (
+	helloTimeout     = 3 * time.Second
+	minBackoff       = 200 * time.Millisecond
+	maxBackoff       = 5 * time.Second
+	unavailableRetry = 250 * time.Millisecond
+)
+
 func (s *session) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		s.backoff = 200 * time.Millisecond
+		s.backoff = minBackoff
 		s.hello.Supervisor = ctx.Self()
 		s.sayHello(ctx)
+	case *actor.Stopping:
+		if s.helloWait != nil {
+			s.helloWait()
+		}
 	case *tick:
 		s.onTick(ctx)
-	case *helloRes:
-		s.pending = false
-		switch {
-		case m.err != nil:
-			s.log.Warn().Err(m.err).Str("gateway", s.api.Address).Dur("retry_in", s.backoff).Msg("gateway did not answer Hello")
-			s.retryLater()
-		case m.ack.Status == messages.Status_STATUS_OK:
-			s.gw, s.lastAck, s.backoff = m.ack.Session, time.Now(), 200*time.Millisecond
-			s.log.Info().Str("gateway", s.api.Address).Str("session", m.ack.Session.GetId()).Str("endpoint", ctx.Self().Address).Msg("session up")
-			if s.exit != nil {
-				s.sendExit(ctx)
-			}
-		case m.ack.Status == messages.Status_STATUS_REFUSED || m.ack.Status == messages.Status_STATUS_NOT_FOUND:
-			s.refused(m.ack.Message)
-		default:
-			s.log.Warn().Str("status", m.ack.Status.String()).Str("message", m.ack.Message).Msg("Hello not accepted")
-			s.retryLater()
+	case *helloDue:
+		if !s.pending && s.gw == nil && !time.Now().Before(s.nextHello) {
+			s.sayHello(ctx)
 		}
+	case *helloRes:
+		if m.gen == s.helloGen {
+			s.onHelloRes(ctx, m)
+		}
+	case *messages.Reconnect:
+		if !s.fromGateway(ctx) || m.Gateway == "" {
+			return
+		}
+		// A node took this sandbox over: Hello to it now, whatever is in
+		// flight (a heartbeat to a dead owner would take lostAfter to fail).
+		if i := slices.Index(s.gateways, m.Gateway); i >= 0 {
+			s.cur = i
+		} else {
+			s.gateways = append(s.gateways, m.Gateway)
+			s.cur = len(s.gateways) - 1
+		}
+		s.log.Info().Str("gateway", m.Gateway).Msg("asked to reconnect by the sandbox's owner node")
+		s.gw, s.unanswered = nil, 0
+		s.sayHello(ctx)
 	case *hbRes:
+		if s.gw == nil {
+			return // a heartbeat of a session given up since (Reconnect)
+		}
 		s.pending = false
 		if m.ok {
 			s.lastAck = time.Now()
@@ -157,11 +200,81 @@ func (s *session) Receive(ctx actor.Context) {
 	}
 }
 
-func (s *session) retryLater() {
-	s.nextHello = time.Now().Add(s.backoff)
-	if s.backoff *= 2; s.backoff > 5*time.Second {
-		s.backoff = 5 * time.Second
+func (s *session) onHelloRes(ctx actor.Context, m *helloRes) {
+	s.pending = false
+	if m.err != nil {
+		// No answer: this node may be dead; the next one is asked at once,
+		// and the session waits only after a whole round went unanswered.
+		s.unanswered++
+		s.cur = (s.cur + 1) % len(s.gateways)
+		if s.unanswered < len(s.gateways) {
+			s.log.Warn().Err(m.err).Str("gateway", m.addr).Str("next", s.gateways[s.cur]).Msg("gateway did not answer Hello; trying the next")
+			s.sayHello(ctx)
+			return
+		}
+		s.unanswered = 0
+		s.log.Warn().Err(m.err).Str("gateway", m.addr).Strs("gateways", s.gateways).Dur("retry_in", s.backoff).Msg("no gateway answered Hello")
+		s.retryLater(ctx)
+		return
 	}
+	s.unanswered = 0
+	switch m.ack.Status {
+	case messages.Status_STATUS_OK:
+		s.gw, s.lastAck, s.backoff = m.ack.Session, time.Now(), minBackoff
+		s.useGateways(m.addr, m.ack.Gateways)
+		s.log.Info().Str("gateway", m.addr).Str("session", m.ack.Session.GetId()).Str("session_node", m.ack.Session.GetAddress()).
+			Str("endpoint", ctx.Self().Address).Msg("session up")
+		if s.exit != nil {
+			s.sendExit(ctx)
+		}
+	case messages.Status_STATUS_REFUSED, messages.Status_STATUS_NOT_FOUND:
+		s.refused(m.ack.Message)
+	case messages.Status_STATUS_UNAVAILABLE:
+		// The cluster has no owner for this sandbox yet (a failover is under
+		// way): the same node, soon, without growing the backoff.
+		s.log.Info().Str("gateway", m.addr).Str("message", m.ack.Message).Dur("retry_in", unavailableRetry).Msg("Hello: no owner yet")
+		s.helloIn(ctx, unavailableRetry)
+	default:
+		s.log.Warn().Str("gateway", m.addr).Str("status", m.ack.Status.String()).Str("message", m.ack.Message).Dur("retry_in", s.backoff).Msg("Hello not accepted")
+		s.retryLater(ctx)
+	}
+}
+
+// retryLater says Hello again after the backoff, and doubles it.
+func (s *session) retryLater(ctx actor.Context) {
+	s.helloIn(ctx, s.backoff)
+	s.backoff = min(2*s.backoff, maxBackoff)
+}
+
+// helloIn says Hello again after d (the tick is the fallback).
+func (s *session) helloIn(ctx actor.Context, d time.Duration) {
+	s.nextHello = time.Now().Add(d)
+	if s.helloWait != nil {
+		s.helloWait()
+	}
+	s.helloWait = scheduler.NewTimerScheduler(ctx.ActorSystem().Root).SendOnce(d, ctx.Self(), &helloDue{})
+}
+
+// useGateways replaces the list of gateways with the cluster's (when it
+// names any), keeping the turn at the node that answered if it is listed.
+func (s *session) useGateways(answered string, list []string) {
+	list = gatewayList(list)
+	if len(list) == 0 || slices.Equal(list, s.gateways) {
+		return
+	}
+	s.gateways, s.cur = list, max(slices.Index(list, answered), 0)
+	s.log.Info().Strs("gateways", list).Msg("gateway list from the cluster")
+}
+
+// gatewayList is addrs without empty and repeated entries.
+func gatewayList(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (s *session) onTick(ctx actor.Context) {
@@ -204,15 +317,20 @@ func (s *session) onTick(ctx actor.Context) {
 	})
 }
 
+// sayHello says Hello to the hello actor of the current gateway.
 func (s *session) sayHello(ctx actor.Context) {
 	s.pending = true
-	f := ctx.RequestFuture(s.api, s.hello, 3*time.Second)
+	s.helloGen++
+	gen := s.helloGen
+	addr := s.gateways[s.cur]
+	s.log.Debug().Str("gateway", addr).Msg("saying Hello")
+	f := ctx.RequestFuture(actor.NewPID(addr, transport.HelloActor), s.hello, helloTimeout)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		ack, ok := res.(*messages.HelloAck)
 		if err == nil && !ok {
 			err = errUnexpected
 		}
-		ctx.Send(ctx.Self(), &helloRes{ack: ack, err: err})
+		ctx.Send(ctx.Self(), &helloRes{gen: gen, addr: addr, ack: ack, err: err})
 	})
 }
 

@@ -196,7 +196,11 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 		return fmt.Errorf("supervisor: CA: %w", err)
 	}
 	ver := &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(trust.RoleGateway)}
-	host, err := transport.LocalIPFor(sp.Gateway)
+	gateways := gatewayList(sp.GatewayList())
+	if len(gateways) == 0 {
+		return errors.New("supervisor: the spec names no gateway")
+	}
+	host, err := transport.LocalIPFor(gateways[0]) // the node that started us
 	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
@@ -210,7 +214,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	done := make(chan string, 2)
 	exitDelivered := make(chan struct{})
 	s := &session{
-		log: log, api: actor.NewPID(sp.Gateway, transport.HelloActor), chaos: sp.Chaos,
+		log: log, gateways: gateways, chaos: sp.Chaos,
 		relayTLS: trust.ClientConfig(kp, ver),
 		hello: &messages.Hello{Sandbox: sp.Name, Instance: sp.Instance,
 			SupervisorPid: int32(os.Getpid()), WorkloadPid: int32(sb.WorkloadPid()), PolicyVersion: version,

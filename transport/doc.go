@@ -17,7 +17,12 @@
 //     stream is closed; nothing of it is delivered;
 //   - every accepted envelope is stamped with the peer's identity in the
 //     PeerHeader message header (whatever header the peer sent is
-//     dropped), so handlers check the caller again (Peer);
+//     dropped), so handlers check the caller again (Peer). The one
+//     exception is a cluster of gateway nodes (ClusterRules): a node
+//     forwards a caller's message to the node that owns the sandbox
+//     (Forward) with the PeerHeader it stamped, which the owner's
+//     endpoint keeps when the peer is a gateway node, adding ViaHeader
+//     (Forwarded); the owner answers the caller directly;
 //   - unary and stream recover interceptors: no input from the wire panics
 //     the process; the unimplemented methods answer Unimplemented.
 //

@@ -94,11 +94,11 @@ type Rules []Route
 // Refusal reasons (the label of stockade_remote_refused_total).
 const (
 	ReasonHandshake     = "handshake"      // no TLS, no or bad certificate, revoked, wrong role
-	ReasonMalformed     = "malformed"      // indices out of range, unknown serializer, empty message
+	ReasonMalformed     = "malformed"      // indices out of range, unknown serializer, empty message, a bad forwarded caller
 	ReasonSystemMessage = "system_message" // Stop, PoisonPill, Watch, ... from a remote peer
 	ReasonTarget        = "target"         // the peer may not address this actor
 	ReasonMessageType   = "message_type"   // the peer may not send this type to this actor
-	ReasonSender        = "sender"         // a reply address on another host than the peer's
+	ReasonSender        = "sender"         // a reply address on another host than the (original) caller's
 	ReasonUnimplemented = "unimplemented"  // ListProcesses, GetProcessDiagnostics
 	ReasonPanic         = "panic"          // a handler panicked; recovered
 	ReasonTooLarge      = "too_large"      // over MaxMessageBytes
@@ -154,18 +154,38 @@ func names(msgs ...proto.Message) []string {
 //     X's session actors only (heartbeats, exit, boundary failure), and
 //     answers the gateway's requests (SetPolicy, FaultRequest) through
 //     their futures;
-//   - other gateway nodes: nothing yet (cluster mode adds its routes).
+//   - other gateway nodes: see ClusterRules.
 func GatewayRules() Rules {
 	reply := names(&messages.Reply{})
 	reply = append(reply, deadLetterResponse)
 	return Rules{
-		{Role: trust.RoleClient, Target: Exact(APIActor), Types: names(&messages.CreateRequest{}, &messages.SandboxRequest{},
-			&messages.ListRequest{}, &messages.RelayRequest{}, &messages.FaultRequest{}, &messages.PolicyRequest{},
-			&messages.IssueRequest{}, &messages.RevokeRequest{}, &messages.LogsRequest{}, &messages.LogsAck{})},
+		{Role: trust.RoleClient, Target: Exact(APIActor), Types: clientRequests()},
 		{Role: trust.RoleSupervisor, Target: Exact(HelloActor), Types: names(&messages.Hello{})},
 		{Role: trust.RoleSupervisor, Target: OwnSessions(), Types: names(&messages.Heartbeat{}, &messages.WorkloadExited{}, &messages.BoundaryFailed{})},
 		{Role: trust.RoleSupervisor, Target: Futures(), Types: reply},
 	}
+}
+
+// ClusterRules is the table of a node in a cluster of gateway nodes:
+// GatewayRules, and another node (a peer of trust.RoleGateway) may address
+// the API actor with the client requests and the hello actor with Hello.
+// That is what a node forwards (Forward) to the node that owns the
+// sandbox: the endpoint keeps the original caller's identity the
+// forwarding node stamped, which must be one the rules admit for that
+// actor and type (a client's request, a supervisor's Hello), and marks
+// the message ViaHeader; the owner answers the caller directly.
+func ClusterRules() Rules {
+	return append(GatewayRules(),
+		Route{Role: trust.RoleGateway, Target: Exact(APIActor), Types: clientRequests()},
+		Route{Role: trust.RoleGateway, Target: Exact(HelloActor), Types: names(&messages.Hello{})},
+	)
+}
+
+// clientRequests are the types a client sends to the API actor.
+func clientRequests() []string {
+	return names(&messages.CreateRequest{}, &messages.SandboxRequest{},
+		&messages.ListRequest{}, &messages.RelayRequest{}, &messages.FaultRequest{}, &messages.PolicyRequest{},
+		&messages.IssueRequest{}, &messages.RevokeRequest{}, &messages.LogsRequest{}, &messages.LogsAck{})
 }
 
 // SupervisorRules is a supervisor's table: only a gateway node, to the
@@ -175,7 +195,7 @@ func SupervisorRules() Rules {
 	acks := names(&messages.HelloAck{}, &messages.HeartbeatAck{})
 	acks = append(acks, deadLetterResponse)
 	return Rules{
-		{Role: trust.RoleGateway, Target: Exact(SupervisorSession), Types: names(&messages.SetPolicy{}, &messages.OpenRelay{}, &messages.FaultRequest{})},
+		{Role: trust.RoleGateway, Target: Exact(SupervisorSession), Types: names(&messages.SetPolicy{}, &messages.OpenRelay{}, &messages.FaultRequest{}, &messages.Reconnect{})},
 		{Role: trust.RoleGateway, Target: Futures(), Types: acks},
 	}
 }

@@ -121,6 +121,32 @@ func TestRulesCheck(t *testing.T) {
 		// supervisor: no logs messages at all
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.LogsBatch{}), ReasonMessageType},
 		{"supervisor", SupervisorRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		// cluster: another gateway node forwards clients' requests to api
+		// and supervisors' Hello to hello, nothing else
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.ListRequest{}), ""},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.CreateRequest{}), ""},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.RevokeRequest{}), ""},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.LogsRequest{}), ""},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.LogsAck{}), ""},
+		{"cluster", ClusterRules(), gateway, HelloActor, typ(&messages.Hello{}), ""},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.Hello{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.Reply{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&messages.LogsBatch{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, HelloActor, typ(&messages.ListRequest{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, HelloActor, typ(&messages.Heartbeat{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, APIActor, typ(&actor.Stop{}), ReasonSystemMessage},
+		{"cluster", ClusterRules(), gateway, SandboxesActor, typ(&messages.ListRequest{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, sessA, typ(&messages.Heartbeat{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, SandboxActorID("a"), typ(&messages.ListRequest{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, "api/x", typ(&messages.ListRequest{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
+		// cluster: clients and supervisors as in GatewayRules
+		{"cluster", ClusterRules(), client, APIActor, typ(&messages.ListRequest{}), ""},
+		{"cluster", ClusterRules(), client, HelloActor, typ(&messages.Hello{}), ReasonTarget},
+		{"cluster", ClusterRules(), supA, HelloActor, typ(&messages.Hello{}), ""},
+		{"cluster", ClusterRules(), supA, sessA, typ(&messages.Heartbeat{}), ""},
+		{"cluster", ClusterRules(), supA, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
 		// empty table refuses everything
 		{"none", nil, client, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
 	} {

@@ -30,6 +30,12 @@ const PeerHeader = "stockade-peer"
 // connection) beside PeerHeader.
 const PeerAddrHeader = "stockade-peer-addr"
 
+// ViaHeader carries the identity of the gateway node that forwarded a
+// message (Forward) to this one; PeerHeader and PeerAddrHeader then name
+// the original caller. Only the transport sets it, on an envelope a peer
+// of trust.RoleGateway forwarded; from any other peer it is dropped.
+const ViaHeader = "stockade-via"
+
 // Peer returns the authenticated identity of a remote message's sender;
 // ok is false for a message sent inside this process (no header).
 func Peer(ctx actor.Context) (trust.Identity, bool) {
@@ -192,7 +198,8 @@ func (s *checkedStream) RecvMsg(m any) error {
 }
 
 // check validates a batch (every index protoactor will follow) and
-// authorizes each envelope; then it stamps the peer's identity on each.
+// authorizes each envelope; then it stamps the caller's identity on each
+// (stamp).
 func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName string, err error) {
 	peerHost, _, _ := net.SplitHostPort(s.addr)
 	self := s.g.self()
@@ -218,20 +225,63 @@ func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName 
 		if r := s.g.rules.check(s.peer, target, typeName); r != "" {
 			return r, target, typeName, nil
 		}
-		// A reply address must be the peer's own host: the peer cannot
-		// make this process dial somewhere else; and not this endpoint's
-		// own address, which protoactor resolves to a local actor: the
-		// reply would reach any local actor, past the rules and without a
-		// peer header (trusted as local by Caller).
+		header, callerHost, r, err := s.stamp(e.MessageHeader, peerHost, target, typeName)
+		if r != "" {
+			return r, target, typeName, err
+		}
+		// A reply address must be the caller's own host (the peer's, or
+		// the original caller's of a forwarded message, which the
+		// forwarding node checked against its connection): the peer
+		// cannot make this process dial somewhere else; and not this
+		// endpoint's own address, which protoactor resolves to a local
+		// actor: the reply would reach any local actor, past the rules and
+		// without a peer header (trusted as local by Caller).
 		if e.Sender > 0 {
 			a := b.Senders[e.Sender-1].Address
-			if h, _, err := net.SplitHostPort(a); err != nil || h != peerHost || a == self {
-				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not the peer's (host %s)", a, peerHost)
+			if h, _, err := net.SplitHostPort(a); err != nil || h != callerHost || a == self {
+				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not the caller's (host %s)", a, callerHost)
 			}
 		}
-		e.MessageHeader = &remote.MessageHeader{HeaderData: map[string]string{PeerHeader: s.peer.String(), PeerAddrHeader: s.addr}}
+		e.MessageHeader = &remote.MessageHeader{HeaderData: header}
 	}
 	return "", "", "", nil
+}
+
+// stamp returns the header an admitted envelope is delivered with, which
+// replaces whatever header the peer sent, and the host of its caller.
+//
+// The caller is the peer (PeerHeader and PeerAddrHeader of its
+// connection), but for a message a gateway node forwarded: a peer of
+// trust.RoleGateway whose envelope carries a PeerHeader (the one it
+// stamped when it received the message from its caller) speaks for that
+// caller. Its PeerHeader and PeerAddrHeader are kept, and ViaHeader names
+// the forwarding node. The forwarded caller must be a client or a
+// supervisor whom the rules admit for target and typeName, with a
+// host:port address; else the envelope is refused (reason and err).
+func (s *checkedStream) stamp(sent *remote.MessageHeader, peerHost, target, typeName string) (header map[string]string, callerHost, reason string, err error) {
+	forwarded := sent.GetHeaderData()[PeerHeader]
+	if s.peer.Role != trust.RoleGateway || forwarded == "" {
+		return map[string]string{PeerHeader: s.peer.String(), PeerAddrHeader: s.addr}, peerHost, "", nil
+	}
+	caller, err := trust.ParseIdentity(forwarded)
+	if err != nil {
+		return nil, "", ReasonMalformed, fmt.Errorf("forwarded caller: %w", err)
+	}
+	if caller.Role == trust.RoleGateway {
+		return nil, "", ReasonMalformed, fmt.Errorf("forwarded caller %s is a gateway node (a node speaks for itself)", caller)
+	}
+	addr := sent.GetHeaderData()[PeerAddrHeader]
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, "", ReasonMalformed, fmt.Errorf("forwarded caller %s: address %q: %w", caller, addr, err)
+	}
+	if host == "" {
+		return nil, "", ReasonMalformed, fmt.Errorf("forwarded caller %s: address %q has no host", caller, addr)
+	}
+	if r := s.g.rules.check(caller, target, typeName); r != "" {
+		return nil, "", r, fmt.Errorf("forwarded caller %s may not send this here", caller)
+	}
+	return map[string]string{PeerHeader: caller.String(), PeerAddrHeader: addr, ViaHeader: s.peer.String()}, host, "", nil
 }
 
 // PeerHost returns the host of a remote message's sender connection ("" for

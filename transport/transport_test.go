@@ -75,6 +75,10 @@ type record struct {
 	peer   trust.Identity
 	remote bool // a PeerHeader was present
 	header map[string]string
+	host   string         // transport.PeerHost
+	via    trust.Identity // transport.Forwarded
+	fwd    bool           // a ViaHeader was present
+	sender *actor.PID
 }
 
 // recorder is an actor that records what it receives and answers a Reply
@@ -93,8 +97,10 @@ func (r *recorder) Receive(ctx actor.Context) {
 	if h := ctx.MessageHeader(); h != nil {
 		hdr = h.ToMap()
 	}
+	via, fwd := transport.Forwarded(ctx)
 	r.mu.Lock()
-	r.got = append(r.got, record{msg: ctx.Message(), peer: id, remote: remote, header: hdr})
+	r.got = append(r.got, record{msg: ctx.Message(), peer: id, remote: remote, header: hdr,
+		host: transport.PeerHost(ctx), via: via, fwd: fwd, sender: ctx.Sender()})
 	r.mu.Unlock()
 	if ctx.Sender() != nil {
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Message: "recorded"})
@@ -113,13 +119,16 @@ func (r *recorder) reset() {
 	r.mu.Unlock()
 }
 
-// gateway is a gateway node's endpoint (GatewayRules) with recording
-// actors at api, hello, gateway/sandboxes and the session actors of
-// sandboxes a and b.
+// gateway is a gateway node's endpoint, node1, with recording actors at
+// api, hello, gateway/sandboxes and the session actors of sandboxes a and
+// b. It is a node of a cluster (ClusterRules: GatewayRules, and other
+// gateway nodes forward clients' requests and supervisors' Hello); a
+// single node's table (GatewayRules) is tested in a child process
+// (TestGatewayRulesRefuseGateway).
 //
 // There is one per test process, started in TestMain before any other
-// grpc activity, and the round trip's client endpoint runs in a child
-// process: protoactor's remote.Start sets grpc's global logger
+// grpc activity, and the other endpoints (the round trip's client, a
+// forwarding node) run in child processes: protoactor's remote.Start sets grpc's global logger
 // (grpclog.SetLoggerV2, unsynchronized), which races with every grpc
 // goroutine already running in the process, so a process may start only
 // one endpoint to stay clean under -race.
@@ -149,13 +158,13 @@ func newGateway(dir string) (g *gateway, stop func(), err error) {
 		return nil, nil, err
 	}
 	ver.Revoked = g.isRevoked
-	node, err := issue(ca, trust.Identity{Role: trust.RoleGateway, Name: "node1"})
+	node, err := issue(ca, node1)
 	if err != nil {
 		return nil, nil, err
 	}
 	g.sys = quiet()
 	rem, err := transport.Start(g.sys, transport.Config{Host: "127.0.0.1", Cert: node,
-		Verifier: ver, Rules: transport.GatewayRules(), Log: zerolog.Nop(), Refused: g.refused})
+		Verifier: ver, Rules: transport.ClusterRules(), Log: zerolog.Nop(), Refused: g.refused})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -303,8 +312,12 @@ func (g *gateway) serves(t *testing.T, earlier int) {
 }
 
 // TestMain starts this process's one gateway endpoint, or runs as the
-// round trip's client (a child process of TestRoundTrip).
+// round trip's client (a child process of TestRoundTrip) or as another
+// child (clusterChild).
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(clusterModeEnv); mode != "" {
+		os.Exit(clusterChild(mode, os.Getenv(clusterDirEnv), os.Getenv(gatewayEnv)))
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		os.Exit(roundTripChild(dir, os.Getenv(gatewayEnv)))
 	}

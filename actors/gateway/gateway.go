@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver/process"
 	"github.com/stockade-dev/stockade/errdefs"
@@ -74,6 +76,17 @@ type Config struct {
 	// Refused counts what the transport refused (default: a fresh set);
 	// the caller may export it as metrics.
 	Refused *transport.Refusals
+	// Etcd are the etcd client URLs of a cluster of nodes; empty: a single
+	// node with its state in bbolt. Node must name this node uniquely.
+	Etcd []string
+	// EtcdPrefix starts the cluster's keys (default cluster.DefaultPrefix).
+	EtcdPrefix string
+	// Host names this machine in a cluster (default: its hostname): the
+	// nodes of one host share its sandboxes (state dir, supervisors).
+	Host string
+	// LeaseTTL is the node's lease TTL in a cluster (default
+	// cluster.DefaultTTL).
+	LeaseTTL time.Duration
 }
 
 // Served is what a ready gateway serves: its API and relay addresses and
@@ -111,19 +124,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Refused == nil {
 		cfg.Refused = transport.NewRefusals()
 	}
-	var storeOpts []store.Option
-	if cfg.Faults != nil {
-		storeOpts = append(storeOpts, store.WithFaults(cfg.Faults))
-	}
-	st, err := store.Open(contract.StateDir(cfg.StateDir).Store(), storeOpts...)
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
-	defer st.Close()
-	pk, err := openPKI(cfg.StateDir, cfg.Node, st)
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: --listen %q: %w", cfg.Listen, err)
@@ -132,6 +132,28 @@ func Run(ctx context.Context, cfg Config) error {
 		// protoactor addresses actors by host:port: peers must use the
 		// address the gateway calls itself.
 		return fmt.Errorf("gateway: --listen %s: give the address clients and supervisors will use (e.g. --listen 192.0.2.10:7420), not a wildcard", cfg.Listen)
+	}
+	clustered := len(cfg.Etcd) > 0
+	var (
+		st    sandbox.Store
+		certs certStore
+		node  *cluster.Node
+		// toSandboxes delivers the cluster's ownership events once the
+		// sandboxes actor exists (earlier ones are covered by its start:
+		// it spawns what the node owns then).
+		toSandboxes atomic.Pointer[func(cluster.Event)]
+	)
+	if !clustered {
+		var storeOpts []store.Option
+		if cfg.Faults != nil {
+			storeOpts = append(storeOpts, store.WithFaults(cfg.Faults))
+		}
+		bolt, err := store.Open(contract.StateDir(cfg.StateDir).Store(), storeOpts...)
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer bolt.Close()
+		st, certs = bolt, bolt
 	}
 	port, _ := strconv.Atoi(portStr)
 	// protoactor's remote panics when it cannot listen: check first.
@@ -143,10 +165,45 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		_ = ln.Close()
 	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	relayTCP, relayAddr, err := listenRelay(cfg.RelayListen, host)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer relayTCP.Close()
+	if clustered {
+		if cfg.Host == "" {
+			if cfg.Host, err = os.Hostname(); err != nil {
+				return fmt.Errorf("gateway: name this host with --host-id: %w", err)
+			}
+		}
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		node, err = cluster.Join(jctx, cluster.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix, TTL: cfg.LeaseTTL, Log: cfg.Log,
+			Self: cluster.NodeInfo{Node: cfg.Node, Host: cfg.Host, API: addr, Relay: relayAddr}},
+			func(e cluster.Event) {
+				if f := toSandboxes.Load(); f != nil {
+					(*f)(e)
+				}
+			})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		defer node.Close()
+		st, certs = node.Store(), node
+	}
+	pk, err := openPKI(cfg.StateDir, cfg.Node, certs, clustered)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	rules, peers := transport.GatewayRules(), []trust.Role{trust.RoleClient, trust.RoleSupervisor}
+	if clustered {
+		pk.elsewhere = node.Revoked
+		rules, peers = transport.ClusterRules(), append(peers, trust.RoleGateway)
+	}
 	sys := actor.NewActorSystem(logx.ActorSystemOption(cfg.Log))
 	rem, err := transport.Start(sys, transport.Config{Host: host, Port: port, Cert: pk.node,
-		Verifier: pk.verifier(trust.RoleClient, trust.RoleSupervisor),
-		Rules:    transport.GatewayRules(), Log: cfg.Log, Refused: cfg.Refused})
+		Verifier: pk.verifier(peers...), Rules: rules, Log: cfg.Log, Refused: cfg.Refused})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -154,18 +211,12 @@ func Run(ctx context.Context, cfg Config) error {
 		rem.Shutdown(false)
 		sys.Shutdown()
 	}()
-	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	bin := cfg.Binary
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return fmt.Errorf("gateway: find stockade binary: %w", err)
 		}
 	}
-	relayTCP, relayAddr, err := listenRelay(cfg.RelayListen, host)
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
-	defer relayTCP.Close()
 	// Relays are TLS too: clients and supervisors with their certificates.
 	relayLn := tls.NewListener(relayTCP, trust.ServerConfig(pk.node, pk.verifier(trust.RoleClient, trust.RoleSupervisor)))
 	counters := cfg.Counters
@@ -183,7 +234,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Faults != nil { // a nil *fault.Set in the interface would not be nil
 		pcfg.Faults = cfg.Faults
 	}
-	env := &sandbox.Env{Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
+	var view sandbox.Cluster
+	gateways := []string{addr}
+	if clustered {
+		cv := clusterView{node}
+		view, pcfg.Gateways, gateways = cv, cv.Gateways, cv.Gateways()
+	}
+	env := &sandbox.Env{Cluster: view, Gateway: addr, Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
 		RelayAddr: relayAddr, RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
@@ -198,6 +255,10 @@ func Run(ctx context.Context, cfg Config) error {
 		{path.Base(transport.HelloActor), actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
 			actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))},
 	})
+	if clustered {
+		send := func(e cluster.Event) { sys.Root.Send(sandboxes, ownershipOf(e)) }
+		toSandboxes.Store(&send)
+	}
 	root, err := sys.Root.SpawnNamed(rootProps, "gateway")
 	if err != nil {
 		return fmt.Errorf("gateway: spawn root: %w", err)
@@ -205,7 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := sys.Root.RequestFuture(root, &rootReady{}, 10*time.Second).Result(); err != nil {
 		return fmt.Errorf("gateway: root did not start: %w", err)
 	}
-	if err := pk.writeLocalConfig(ctx, cfg.StateDir, addr); err != nil {
+	if err := pk.writeLocalConfig(ctx, cfg.StateDir, gateways); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	cfg.Log.Info().Str("api", addr).Str("relay", env.RelayAddr).Str("state_dir", cfg.StateDir).Msg("gateway ready")

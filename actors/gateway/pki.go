@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -38,13 +39,31 @@ type pki struct {
 	ca      *trust.CA
 	node    tls.Certificate
 	revoked *revocations
-	st      *store.Store
+	st      certStore
+	// elsewhere, if set, also reports serials revoked through other
+	// nodes (cluster).
+	elsewhere func(*big.Int) bool
 }
 
-// openPKI loads (or creates on first start) the CA of stateDir, issues this
-// node's certificate and loads the revoked client certificates.
-func openPKI(stateDir, node string, st *store.Store) (*pki, error) {
-	ca, _, err := trust.LoadOrCreateCA(filepath.Join(stateDir, PKIDir))
+// certStore keeps the certificates issued to clients: bbolt on a single
+// node, etcd in a cluster.
+type certStore interface {
+	ClientCerts() ([]store.ClientCert, error)
+	PutClientCert(ctx context.Context, c store.ClientCert) error
+	RevokeClient(ctx context.Context, name string, at time.Time) ([]string, error)
+}
+
+// openPKI loads the CA of stateDir (creating it on a single node's first
+// start; a cluster node needs the cluster's CA there), issues this node's
+// certificate and loads the revoked client certificates.
+func openPKI(stateDir, node string, st certStore, cluster bool) (*pki, error) {
+	dir := filepath.Join(stateDir, PKIDir)
+	if cluster {
+		if _, err := os.Stat(filepath.Join(dir, trust.CAKeyFile)); err != nil {
+			return nil, fmt.Errorf("no cluster CA in %s (%w): every node of a cluster needs the same CA; make one with `stockade cluster init DIR` and copy DIR to each node's <state-dir>/%s (mode 0700, key 0600)", dir, err, PKIDir)
+		}
+	}
+	ca, _, err := trust.LoadOrCreateCA(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +93,11 @@ func openPKI(stateDir, node string, st *store.Store) (*pki, error) {
 func (p *pki) verifier(roles ...trust.Role) *trust.Verifier {
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca.Cert)
-	return &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(roles...), Revoked: p.revoked.has}
+	revoked := p.revoked.has
+	if p.elsewhere != nil {
+		revoked = func(s *big.Int) bool { return p.revoked.has(s) || p.elsewhere(s) }
+	}
+	return &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(roles...), Revoked: revoked}
 }
 
 // issueClient certifies a client's public key and records it (for revoke).
@@ -109,7 +132,7 @@ func (p *pki) revoke(ctx context.Context, name string) (int, error) {
 // operator: the gateway's current address, the CA, and the admin client's
 // certificate and key. A certificate still good for a month (from this CA,
 // not revoked) is kept; otherwise a new one is issued.
-func (p *pki) writeLocalConfig(ctx context.Context, stateDir, addr string) error {
+func (p *pki) writeLocalConfig(ctx context.Context, stateDir string, addrs []string) error {
 	path := contract.StateDir(stateDir).ClientConfig()
 	cfg, err := trust.ReadClientConfig(path)
 	switch {
@@ -129,7 +152,7 @@ func (p *pki) writeLocalConfig(ctx context.Context, stateDir, addr string) error
 		}
 		cfg = &trust.ClientFile{Name: LocalClient, Cert: string(certPEM), Key: string(keyPEM)}
 	}
-	cfg.CA, cfg.Gateways = string(p.ca.CertPEM), []string{addr}
+	cfg.CA, cfg.Gateways = string(p.ca.CertPEM), addrs
 	return cfg.Write(path)
 }
 

@@ -39,6 +39,11 @@ type Env struct {
 	RelayListener *actor.PID
 	Log           zerolog.Logger
 	Counters      *supervise.Counters
+	// Gateway is this node's API address (supervisors say Hello there).
+	Gateway string
+	// Cluster is the node's cluster (nil: a single node driving every
+	// sandbox in its store).
+	Cluster Cluster
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/store"
 )
 
 // The supervisor process of a sandbox, through the Driver seam: the
@@ -61,6 +62,17 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 	inst := newInstance()
 	a.rec.InstanceID, a.rec.SupervisorPID, a.rec.WorkloadPID = inst, 0, 0
 	a.sessionSeen = false
+	if a.env.Cluster != nil {
+		// In a cluster the new instance is written (fenced by ownership)
+		// before its supervisor starts: a node that lost the sandbox
+		// fails here, before starting a second supervisor.
+		if err := a.persistErr(); err != nil {
+			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("new instance not saved; supervisor not started")
+			a.conflicted(err)
+			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}) })
+			return
+		}
+	}
 	sctx, cancel := bounded(startTimeout)
 	p, err := a.env.Driver.Start(sctx, driver.Launch{Instance: inst, Spec: a.rec.Spec})
 	cancel()
@@ -180,6 +192,9 @@ func (a *sandboxActor) deleteRecord(ctx actor.Context) {
 	sctx, cancel := bounded(storeTimeout)
 	err := a.env.Store.Delete(sctx, a.name, a.rec.Revision)
 	cancel()
+	if errors.Is(err, store.ErrNotOwner) {
+		a.conflicted(err)
+	}
 	if err != nil {
 		a.recordRetry = min(max(2*a.recordRetry, time.Second), 30*time.Second)
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Dur("retry_in", a.recordRetry).Msg("delete record; retrying")

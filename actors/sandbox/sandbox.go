@@ -185,6 +185,13 @@ func (a *sandboxActor) start(ctx actor.Context) {
 		a.carryOut(ctx, t)
 		return
 	}
+	if c := a.env.Cluster; c != nil && !c.Owns(a.name) {
+		// Another node owns it now (this actor restarted after a refused
+		// write, or was spawned just before a loss): leave it alone.
+		a.env.Log.Warn().Str("sandbox", a.name).Str("node", c.Self()).Msg("not owned by this node; its actor stops without touching the supervisor")
+		ctx.Stop(ctx.Self())
+		return
+	}
 	sctx, cancel := bounded(storeTimeout)
 	rec, err := a.env.Store.Get(sctx, a.name)
 	cancel()
@@ -214,6 +221,11 @@ func (a *sandboxActor) start(ctx actor.Context) {
 	a.m = m
 	a.env.Log.Info().Str("sandbox", a.name).Bool("supervisor_alive", alive).Int("supervisor_pid", rec.SupervisorPID).
 		Str("phase", m.Phase().String()).Msg("sandbox re-adopted")
+	if alive && rec.SupervisorAddr != "" && a.env.Gateway != "" {
+		// Its session may still be with the old node (gone, or this
+		// gateway's previous run): say Hello here now.
+		ctx.Send(actor.NewPID(rec.SupervisorAddr, contract.SupervisorSession), &messages.Reconnect{Gateway: a.env.Gateway})
+	}
 	a.finish(ctx, t)
 }
 
@@ -371,7 +383,15 @@ func (a *sandboxActor) persist(ctx actor.Context) {
 // conflicted: a write found the record changed by another writer, so
 // this actor's copy is stale. It fails; its supervisor restarts it, and
 // it reloads the record (in a cluster: another node may own it now).
+//
+// A write refused because this node does not own the sandbox (cluster:
+// its lease lapsed, or another node claimed it) fails the same way, before
+// the transition is carried out; the restarted actor finds it is not the
+// owner and stops without touching the supervisor.
 func (a *sandboxActor) conflicted(err error) {
+	if errors.Is(err, store.ErrNotOwner) {
+		panic(fmt.Errorf("sandbox %s: not owned by this node: %w", a.name, err))
+	}
 	if errors.Is(err, store.ErrConflict) {
 		panic(fmt.Errorf("sandbox %s: reloading: %w", a.name, err))
 	}
@@ -495,6 +515,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	ctx.Watch(pid)
 	a.session, a.sessionSeen = pid, true
 	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
+	a.rec.SupervisorAddr = h.Supervisor.GetAddress()
 	if a.sup == nil {
 		actx, cancel := bounded(startTimeout)
 		p, err := a.env.Driver.Adopt(actx, a.name, int(h.SupervisorPid))
@@ -504,7 +525,11 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 			a.watch(ctx, p, h.Instance)
 		}
 	}
-	ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: contract.HeartbeatEvery.Milliseconds()})
+	ack := &messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: contract.HeartbeatEvery.Milliseconds()}
+	if a.env.Cluster != nil {
+		ack.Gateways = a.env.Cluster.Gateways() // the supervisor may reach any of them
+	}
+	ctx.Respond(ack)
 	if h.PolicyVersion != a.rec.Spec.PolicyVersion {
 		// A policy set it missed (it was starting, or cut off): push it now.
 		a.env.Log.Info().Str("sandbox", a.name).Uint64("supervisor_has", h.PolicyVersion).
@@ -548,6 +573,9 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	rec.Lifecycle = a.m.Snapshot()
 	st := recordStatus(rec)
 	st.Workspace, st.Restarts = a.env.Driver.Workspace(a.name), map[string]int64{}
+	if a.env.Cluster != nil {
+		st.Node = a.env.Cluster.Self()
+	}
 	if d, ok := a.sup.(interface{ Drift() string }); ok && d.Drift() != "" {
 		// The process driver: an adopted supervisor runs with boundary
 		// settings the gateway no longer has.

@@ -37,13 +37,20 @@ type sandboxesActor struct {
 	// waiting are creates of a name whose deleted actor has not stopped
 	// yet (its actor id is still taken): spawned at its Terminated.
 	waiting map[string]*create
-	status  map[string]*messages.SandboxStatus
+	// reown are sandboxes this node owns again whose old actor has not
+	// stopped yet (cluster): spawned at its Terminated.
+	reown  map[string]bool
+	status map[string]*messages.SandboxStatus
 }
 
 func (a *sandboxesActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.names, a.dying, a.waiting = map[string]string{}, map[string]string{}, map[string]*create{}
+		a.names, a.dying, a.waiting, a.reown = map[string]string{}, map[string]string{}, map[string]*create{}, map[string]bool{}
+		if a.env.Cluster != nil {
+			a.clusterStarted(ctx)
+			return
+		}
 		lctx, cancel := bounded(storeTimeout)
 		recs, err := a.env.Store.List(lctx)
 		cancel()
@@ -73,9 +80,17 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		a.route(ctx, m.Name)
 	case *messages.LogsAck:
 		a.route(ctx, m.Name)
+	case *Ownership:
+		if a.env.Cluster != nil {
+			a.ownership(ctx, m)
+		}
 	case *messages.Hello:
 		if pid, ok := a.kids[m.Sandbox]; ok {
 			ctx.Forward(pid)
+			return
+		}
+		if a.env.Cluster != nil {
+			a.routeCluster(ctx, m.Sandbox)
 			return
 		}
 		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no sandbox named %s; exit", m.Sandbox)})
@@ -83,15 +98,15 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		if !allowed(ctx, a.env.Log, trust.RoleClient, "") {
 			return
 		}
-		names := make([]string, 0, len(a.status))
-		for n := range a.status {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		reply := &messages.Reply{Status: messages.Status_STATUS_OK}
-		for _, n := range names {
-			reply.Sandboxes = append(reply.Sandboxes, a.status[n])
+		if a.env.Cluster != nil {
+			reply.Sandboxes = a.listCluster()
+		} else {
+			for _, st := range a.status {
+				reply.Sandboxes = append(reply.Sandboxes, st)
+			}
 		}
+		sort.Slice(reply.Sandboxes, func(i, j int) bool { return reply.Sandboxes[i].Name < reply.Sandboxes[j].Name })
 		ctx.Respond(reply)
 	case *statusUpdate:
 		if _, ok := a.kids[m.status.Name]; ok {
@@ -109,6 +124,11 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 			if c := a.waiting[name]; c != nil {
 				delete(a.waiting, name)
 				a.spawn(ctx, name, c)
+			} else if a.reown[name] {
+				delete(a.reown, name)
+				if a.env.Cluster.Owns(name) {
+					a.own(ctx, name)
+				}
 			}
 			return
 		}
@@ -146,6 +166,10 @@ func (a *sandboxesActor) forget(name string, pid *actor.PID) {
 
 func (a *sandboxesActor) route(ctx actor.Context, name string) {
 	pid, ok := a.kids[name]
+	if !ok && a.env.Cluster != nil {
+		a.routeCluster(ctx, name)
+		return
+	}
 	if !ok {
 		ctx.Respond(errdefs.Reply(errdefs.NotFound("no sandbox named %q (stockade sandbox list shows them)", name)))
 		return
@@ -169,6 +193,9 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 	}
 	if err := checkPolicy(m.PolicyFile, m.Policy); err != nil {
 		ctx.Respond(errdefs.Reply(err))
+		return
+	}
+	if a.env.Cluster != nil && a.createCluster(ctx, m) {
 		return
 	}
 	restart, err := lifecycle.ParseRestartPolicy(m.Restart)

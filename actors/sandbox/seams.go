@@ -72,3 +72,56 @@ const (
 func bounded(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// Cluster is the node's view of its cluster of gateway nodes; nil on a
+// single node (the embedded default), where this node drives every
+// sandbox in its store. The gateway adapts package cluster to it.
+type Cluster interface {
+	// Self is this node's name.
+	Self() string
+	// Owns reports whether this node owns sandbox name now (its lease
+	// valid): asked before acting on a supervisor.
+	Owns(name string) bool
+	// Owned lists the sandboxes this node owns.
+	Owned() []string
+	// Place names the node a new sandbox goes to, and its API address.
+	Place(name string) (node, api string)
+	// Locate is what the cluster knows of a sandbox driven elsewhere.
+	Locate(name string) Location
+	// List is every sandbox in the cluster.
+	List() []Location
+	// Gateways are the live nodes' API addresses (supervisors and clients
+	// may use any).
+	Gateways() []string
+}
+
+// Location is a sandbox as the cluster's view has it.
+type Location struct {
+	Record store.Record
+	Exists bool
+	// OwnerNode and OwnerAPI name its owner ("" when it has none or the
+	// owner is not live).
+	OwnerNode, OwnerAPI string
+	// HostAlive: a node of the record's host is live (when none is and
+	// the sandbox has no owner, it is Error/NodeLost).
+	HostAlive bool
+}
+
+// Ownership tells the sandboxes actor of a change in what this node owns
+// (cluster mode): Own a sandbox (drive it), Disown it (stop its actor,
+// leave its supervisor running), or Fenced (drop every sandbox: the node's
+// lease was not renewed in time).
+type Ownership struct {
+	Kind    OwnershipKind
+	Sandbox string
+}
+
+// OwnershipKind is the kind of an Ownership change.
+type OwnershipKind int
+
+// Ownership kinds.
+const (
+	Own    OwnershipKind = 1
+	Disown OwnershipKind = 2
+	Fenced OwnershipKind = 3
+)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,7 +25,7 @@ func newGatewayCmd() *cobra.Command {
 	var cfg gateway.Config
 	var faultRules []string
 	var chaos bool
-	var metricsAddr, readyFile string
+	var metricsAddr, readyFile, etcd string
 	run := &cobra.Command{
 		Use:   "run",
 		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
@@ -37,10 +38,30 @@ free port, which clients and supervisors are told with every relay.
 Every endpoint is mutual TLS 1.3 under a CA the gateway creates on first
 start in <state-dir>/pki (keys 0600; the gateway refuses to start when a key
 is readable by others). It writes <state-dir>/client.config for the local
-operator; other users and hosts get theirs from 'stockade client issue'.`,
+operator; other users and hosts get theirs from 'stockade client issue'.
+
+A cluster: --etcd URL[,URL] --node NAME joins the nodes that share that etcd.
+State, membership and ownership live in etcd; each sandbox is driven by one
+live node, and a lost node's sandboxes move to another node of their host
+within seconds (their supervisors and workloads keep running). Every node
+needs the cluster's CA in <state-dir>/pki (stockade cluster init DIR); the
+nodes of one host share its --state-dir (the sandboxes' files).`,
+		Example: `  stockade gateway run
+  stockade gateway run --listen 127.0.0.1:7420 --state-dir /var/lib/stockade
+  stockade gateway run --etcd http://127.0.0.1:2379 --node n1 --listen 127.0.0.1:7421`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Log = newLogger(cmd)
+			if etcd != "" {
+				for _, u := range strings.Split(etcd, ",") {
+					if u = strings.TrimSpace(u); u != "" {
+						cfg.Etcd = append(cfg.Etcd, u)
+					}
+				}
+				if !cmd.Flags().Changed("node") {
+					return &exitError{exitUsage, errors.New("--etcd needs --node NAME: each node of a cluster has its own name")}
+				}
+			}
 			if chaos || len(faultRules) > 0 {
 				cfg.Faults = fault.NewSet()
 			}
@@ -90,6 +111,11 @@ operator; other users and hosts get theirs from 'stockade client issue'.`,
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
 	f.IntVar(&cfg.MaxConns, "max-conns", 1024, "per sandbox: concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
+	f.StringVar(&etcd, "etcd", "", "join a cluster: etcd client URLs, comma-separated (state, membership and ownership in etcd; needs --node)")
+	f.StringVar(&cfg.Node, "node", "local", "this node's name (unique in a cluster)")
+	f.StringVar(&cfg.Host, "host-id", "", "cluster: this machine's name (default: the hostname); nodes of one host share its sandboxes")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "cluster: the node's etcd lease TTL, whole seconds >= 2 (default 3s): a lost node's sandboxes move after about this long")
+	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "", "cluster: the prefix of every key (default /stockade/; several clusters on one etcd)")
 	f.StringVar(&readyFile, "ready-file", "", "once serving, write this file (JSON: api, relay, metrics, state_dir, pid); removed when the gateway stops")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")

@@ -84,7 +84,7 @@ gateway answering.`,
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: json, console, auto (console on a terminal)")
 	root.Flags().Bool("version", false, "print the version on one line and exit")
-	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newClientCmd(), newChaosCmd(), newVersionCmd(), newCompletionCmd())
+	root.AddCommand(newPolicyCmd(), newBoundaryCmd(), newGatewayCmd(), newSupervisorCmd(), newSandboxCmd(), newClientCmd(), newClusterCmd(), newChaosCmd(), newVersionCmd(), newCompletionCmd())
 	// policy set and get (policy_cmd.go) take a sandbox name first.
 	for _, path := range [][]string{{"policy", "set"}, {"policy", "get"}} {
 		if c, _, err := root.Find(path); err == nil && c.Name() == path[1] && c.ValidArgsFunction == nil {

@@ -275,7 +275,8 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 // reports none.
 type statusView struct {
 	Name             string           `json:"name" yaml:"name"`
-	UID              string           `json:"uid,omitempty" yaml:"uid,omitempty"` // this creation (its logs)
+	UID              string           `json:"uid,omitempty" yaml:"uid,omitempty"`   // this creation (its logs)
+	Node             string           `json:"node,omitempty" yaml:"node,omitempty"` // cluster: the owner node
 	Phase            string           `json:"phase" yaml:"phase"`
 	Reason           string           `json:"reason,omitempty" yaml:"reason,omitempty"`
 	Message          string           `json:"message,omitempty" yaml:"message,omitempty"`
@@ -318,7 +319,7 @@ type transitionView struct {
 }
 
 func viewOf(s *messages.SandboxStatus) statusView {
-	v := statusView{Name: s.Name, UID: s.Uid, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
+	v := statusView{Name: s.Name, UID: s.Uid, Node: s.Node, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
 		RecoveryAttempts: s.RecoveryAttempts, NextRetry: msTime(s.NextRetryUnixMs), PolicyVersion: s.PolicyVersion,
 		Workspace: s.Workspace, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
 		Transitions: []transitionView{}}

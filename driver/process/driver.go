@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
@@ -27,8 +28,12 @@ type Config struct {
 	StateDir string
 	// Binary is the stockade binary started as `stockade supervisor`.
 	Binary string
-	// Gateway is the API address supervisors dial back to.
+	// Gateway is the API address supervisors dial back to (this node's).
 	Gateway string
+	// Gateways returns the API addresses of the cluster's gateway nodes,
+	// written to each spec at start so that a supervisor can reach another
+	// node when this one dies (Gateway is put first); nil: Gateway only.
+	Gateways func() []string
 	// Credentials issues a supervisor's certificate for sandbox name (at
 	// every start), handed over in the 0600 spec.
 	Credentials func(name string) (spec.Credentials, error)
@@ -86,6 +91,9 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 		Workspace: ws, LogDir: logs, AuditFile: filepath.Join(logs, contract.AuditLog),
 		Hosts: c.Hosts, DNSUpstream: c.DNSUpstream, AllowLoopback: c.AllowLoopback, MaxConns: c.MaxConns,
 		Limits: specLimits(l.Spec.Limits.Or(c.Defaults)), Unconfined: c.Unconfined,
+	}
+	if c.Gateways != nil {
+		s.Gateways = gatewayList(c.Gateway, c.Gateways())
 	}
 	if err := spec.Write(l0.SpecFile(name), s); err != nil {
 		return nil, err
@@ -175,6 +183,18 @@ func (p *proc) Err() error {
 func cannotStart(err error) bool {
 	var ee *exec.ExitError
 	return errors.As(err, &ee) && ee.ExitCode() == contract.ExitSupervisorCannotStart
+}
+
+// gatewayList is self followed by the other addresses of all, each once
+// and none empty.
+func gatewayList(self string, all []string) []string {
+	out := []string{self}
+	for _, a := range all {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // specLimits hands effective limits to the supervisor (-1: unlimited).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,45 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 	}
 	if _, err := os.Stat(l.Sandbox("s")); !os.IsNotExist(err) {
 		t.Fatalf("delete left %s: %v", l.Sandbox("s"), err)
+	}
+}
+
+// TestDriverSpecGateways: the spec names this node's gateway and, with
+// Config.Gateways, every node's, this node first and each once; without
+// it, a supervisor's list is this node alone.
+func TestDriverSpecGateways(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		gateways func() []string
+		want     []string // spec.Gateways
+		list     []string // spec.GatewayList()
+	}{
+		{"single node", nil, nil, []string{"10.0.0.1:7420"}},
+		{"cluster", func() []string {
+			return []string{"10.0.0.2:7420", "", "10.0.0.1:7420", "10.0.0.3:7420", "10.0.0.2:7420"}
+		},
+			[]string{"10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"}, []string{"10.0.0.1:7420", "10.0.0.2:7420", "10.0.0.3:7420"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			bin := filepath.Join(t.TempDir(), "fake-stockade")
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := New(Config{StateDir: state, Binary: bin, Gateway: "10.0.0.1:7420", Gateways: tc.gateways,
+				Credentials: func(string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }})
+			p, err := d.Start(context.Background(), driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-p.Done()
+			sp, err := spec.Read(contract.StateDir(state).SpecFile("s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sp.Gateway != "10.0.0.1:7420" || !slices.Equal(sp.Gateways, tc.want) || !slices.Equal(sp.GatewayList(), tc.list) {
+				t.Fatalf("spec gateway %q, gateways %q, list %q; want %q, %q", sp.Gateway, sp.Gateways, sp.GatewayList(), tc.want, tc.list)
+			}
+		})
 	}
 }

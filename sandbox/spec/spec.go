@@ -16,7 +16,13 @@ import (
 type Supervisor struct {
 	Name     string `json:"name"`
 	Instance string `json:"instance"`
-	Gateway  string `json:"gateway"`
+	// Gateway is the API address of the gateway node that wrote this spec
+	// (required; a spec without Gateways names only it).
+	Gateway string `json:"gateway"`
+	// Gateways are the API addresses of every gateway node to try, the
+	// node that wrote the spec first (a cluster: the node that started the
+	// supervisor may die and another become its owner). Empty: [Gateway].
+	Gateways []string `json:"gateways,omitempty"`
 	// Credentials are this instance's certificate (naming its sandbox),
 	// issued at every start, and the gateway's CA.
 	Credentials Credentials `json:"credentials"`
@@ -48,6 +54,16 @@ type Supervisor struct {
 	// MaxConns caps the sandbox's concurrent mediated connections and DNS
 	// queries in flight (0: the boundary's default, 1,024).
 	MaxConns int `json:"maxConns,omitempty"`
+}
+
+// GatewayList returns the gateway API addresses to say Hello to, in
+// order: Gateways when given, else Gateway alone (a spec of an earlier,
+// single-node gateway).
+func (s Supervisor) GatewayList() []string {
+	if len(s.Gateways) > 0 {
+		return append([]string(nil), s.Gateways...)
+	}
+	return []string{s.Gateway}
 }
 
 // Limits are a sandbox's resource limits (<= 0: unlimited).

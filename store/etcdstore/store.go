@@ -92,6 +92,36 @@ func (s *Store) Close() error {
 
 func (s *Store) key(name string) string { return s.prefix + name }
 
+// Key returns the key of sandbox name's record.
+func (s *Store) Key(name string) string { return s.key(name) }
+
+// Client returns the store's etcd client (a cluster node shares it for its
+// own keys and transactions).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Encode returns a record's stored form: its schema set, its revision left
+// out (the revision is the key's ModRevision, not part of the value).
+func Encode(rec store.Record) ([]byte, error) {
+	rec.Schema = store.SchemaVersion
+	rec.Revision = 0
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox %q: %w", rec.Spec.Name, err)
+	}
+	return data, nil
+}
+
+// DecodeKV decodes a record read from etcd, its revision from the key's
+// ModRevision.
+func DecodeKV(value []byte, modRevision int64) (store.Record, error) {
+	var rec store.Record
+	if err := store.Decode(value, &rec); err != nil {
+		return store.Record{}, err
+	}
+	rec.Revision = uint64(modRevision)
+	return rec, nil
+}
+
 // Put writes rec if the stored record's revision (its key's ModRevision) is
 // rec.Revision (0: no record of that name yet), and returns the new
 // revision. A different stored revision fails with an error wrapping
@@ -105,11 +135,9 @@ func (s *Store) Put(ctx context.Context, rec store.Record) (uint64, error) {
 	if want > math.MaxInt64 {
 		return 0, s.errorf("put", name, fmt.Errorf("%w (read revision %d is not an etcd revision)", store.ErrConflict, want))
 	}
-	rec.Schema = store.SchemaVersion
-	rec.Revision = 0 // the revision is the key's ModRevision, not part of the value
-	data, err := json.Marshal(rec)
+	data, err := Encode(rec)
 	if err != nil {
-		return 0, s.errorf("encode", name, err)
+		return 0, fmt.Errorf("etcdstore %s: %w", s.endpoints, err)
 	}
 	key := s.key(name)
 	cond := clientv3.Compare(clientv3.ModRevision(key), "=", int64(want))
@@ -180,12 +208,10 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	if len(resp.Kvs) == 0 {
 		return store.Record{}, s.errorf("get", name, store.ErrNotFound)
 	}
-	kv := resp.Kvs[0]
-	var rec store.Record
-	if err := store.Decode(kv.Value, &rec); err != nil {
+	rec, err := DecodeKV(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	if err != nil {
 		return store.Record{}, s.errorf("get", name, err)
 	}
-	rec.Revision = uint64(kv.ModRevision)
 	return rec, nil
 }
 
@@ -203,12 +229,11 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 	var errs []error
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), s.prefix)
-		var rec store.Record
-		if err := store.Decode(kv.Value, &rec); err != nil {
+		rec, err := DecodeKV(kv.Value, kv.ModRevision)
+		if err != nil {
 			errs = append(errs, s.errorf("list", name, err))
 			continue
 		}
-		rec.Revision = uint64(kv.ModRevision)
 		recs = append(recs, rec)
 	}
 	return recs, errors.Join(errs...)

@@ -1,17 +1,12 @@
 package etcdstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"os/exec"
 	"reflect"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,118 +15,21 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/sandbox"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
-	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/internal/etcdtest"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/store/etcdstore"
 )
 
 var _ sandbox.Store = (*etcdstore.Store)(nil)
 
-// etcdServer is a real etcd started by a test on 127.0.0.1.
-type etcdServer struct {
-	endpoint string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	out      *syncBuffer
-	stopOnce sync.Once
-}
+// startEtcd starts a real etcd on 127.0.0.1 (internal/etcdtest).
+func startEtcd(t *testing.T) *etcdtest.Server { return etcdtest.Start(t) }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startEtcd starts etcd with a temporary data dir and waits until it is
-// healthy; cleanup stops it.
-func startEtcd(t *testing.T) *etcdServer {
-	t.Helper()
-	bin := testenv.NeedTool(t, "etcd", "etcd-server")
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin,
-		"--name", "test",
-		"--data-dir", t.TempDir(),
-		"--listen-client-urls", client,
-		"--advertise-client-urls", client,
-		"--listen-peer-urls", peer,
-		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "test="+peer,
-		"--initial-cluster-state", "new",
-		"--logger", "zap", "--log-level", "warn",
-	)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	e := &etcdServer{endpoint: client, cmd: cmd, done: make(chan struct{}), out: out}
-	go func() { _ = cmd.Wait(); close(e.done) }()
-	t.Cleanup(func() { e.stop(t) })
-
-	deadline := time.Now().Add(30 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-e.done:
-			t.Fatalf("etcd exited before it was healthy (%v):\n%s", cmd.ProcessState, out)
-		default:
-		}
-		if resp, err := hc.Get(client + "/health"); err == nil {
-			var body bytes.Buffer
-			_, _ = body.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(body.String(), `"health":"true"`) {
-				return e
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd at %s not healthy after 30s:\n%s", client, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop sends SIGTERM, waits up to 10 s, then SIGKILL.
-func (e *etcdServer) stop(t *testing.T) {
-	e.stopOnce.Do(func() {
-		_ = e.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-e.done:
-		case <-time.After(10 * time.Second):
-			t.Logf("etcd ignored SIGTERM for 10s; killing it")
-			_ = e.cmd.Process.Kill()
-			<-e.done
-		}
-	})
-}
-
-func openStore(t *testing.T, e *etcdServer, prefix string) *etcdstore.Store {
+func openStore(t *testing.T, e *etcdtest.Server, prefix string) *etcdstore.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{e.endpoint}, Prefix: prefix, DialTimeout: 5 * time.Second})
+	s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{e.Endpoint}, Prefix: prefix, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +38,9 @@ func openStore(t *testing.T, e *etcdServer, prefix string) *etcdstore.Store {
 }
 
 // rawClient is a plain etcd client, to look at and plant values.
-func rawClient(t *testing.T, e *etcdServer) *clientv3.Client {
+func rawClient(t *testing.T, e *etcdtest.Server) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +165,7 @@ func TestRoundTrip(t *testing.T) {
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Delete at a stale revision: %v, want ErrConflict", err)
 	}
-	if !strings.Contains(err.Error(), e.endpoint) || !strings.Contains(err.Error(), `"a"`) {
+	if !strings.Contains(err.Error(), e.Endpoint) || !strings.Contains(err.Error(), `"a"`) {
 		t.Fatalf("error %q does not name the endpoint and the sandbox", err)
 	}
 	wantRecord(t, s, a, r2)
@@ -310,7 +208,7 @@ func TestCreateOverExistingConflicts(t *testing.T) {
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second create: %v, want ErrConflict", err)
 	}
-	if !strings.Contains(err.Error(), e.endpoint) || !strings.Contains(err.Error(), `"x"`) {
+	if !strings.Contains(err.Error(), e.Endpoint) || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("error %q does not name the endpoint and the sandbox", err)
 	}
 	wantRecord(t, s, first, rev)
@@ -420,7 +318,7 @@ func TestDeadlineHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stop(t)
+	e.Stop(t)
 
 	const limit = 1500 * time.Millisecond
 	calls := map[string]func(context.Context) error{
@@ -447,7 +345,7 @@ func TestDeadlineHonoured(t *testing.T) {
 		if took > limit+time.Second {
 			t.Errorf("%s took %s, deadline %s", op, took, limit)
 		}
-		if !strings.Contains(err.Error(), e.endpoint) {
+		if !strings.Contains(err.Error(), e.Endpoint) {
 			t.Errorf("%s error %q does not name the endpoint", op, err)
 		}
 		if op != "list" && !strings.Contains(err.Error(), `"d"`) {
@@ -465,9 +363,9 @@ func TestDeadlineHonoured(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	t0 := time.Now()
-	_, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{e.endpoint}})
-	if err == nil || !strings.Contains(err.Error(), e.endpoint) {
-		t.Fatalf("Open with etcd stopped: %v, want an error naming %s", err, e.endpoint)
+	_, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{e.Endpoint}})
+	if err == nil || !strings.Contains(err.Error(), e.Endpoint) {
+		t.Fatalf("Open with etcd stopped: %v, want an error naming %s", err, e.Endpoint)
 	}
 	if took := time.Since(t0); took > limit+time.Second {
 		t.Errorf("Open took %s, deadline %s", took, limit)

@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/errdefs"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/transport"
+)
+
+// The sandboxes actor in a cluster (Env.Cluster set): it drives only the
+// sandboxes its node owns (Ownership messages say which), and answers for
+// the others from the cluster's view, forwarding to their owner node. A
+// forwarded message keeps its original caller (transport.Forward) and is
+// never forwarded again: a node whose view says "the owner is elsewhere"
+// about a message that came from elsewhere answers "retry" instead of
+// bouncing it.
+
+// clusterStarted spawns the sandboxes this node already owns (claims made
+// before this actor existed are not lost).
+func (a *sandboxesActor) clusterStarted(ctx actor.Context) {
+	owned := a.env.Cluster.Owned()
+	for _, name := range owned {
+		a.own(ctx, name)
+	}
+	a.env.Log.Info().Int("sandboxes", len(owned)).Str("node", a.env.Cluster.Self()).Msg("driving the sandboxes this node owns")
+}
+
+// ownership applies a change in what this node owns.
+func (a *sandboxesActor) ownership(ctx actor.Context, m *Ownership) {
+	switch m.Kind {
+	case Own:
+		if a.env.Cluster.Owns(m.Sandbox) {
+			a.own(ctx, m.Sandbox)
+		}
+	case Disown:
+		if !a.env.Cluster.Owns(m.Sandbox) {
+			a.disown(ctx, m.Sandbox)
+		}
+	case Fenced:
+		for name := range a.kids {
+			if !a.env.Cluster.Owns(name) {
+				a.disown(ctx, name)
+			}
+		}
+	}
+}
+
+// own spawns the actor of a sandbox this node now owns (it adopts the
+// supervisor, or starts one, from the record).
+func (a *sandboxesActor) own(ctx actor.Context, name string) {
+	if _, ok := a.kids[name]; ok || a.waiting[name] != nil {
+		return
+	}
+	for _, n := range a.dying {
+		if n == name {
+			a.reown[name] = true // spawned when the old actor is gone
+			return
+		}
+	}
+	a.spawn(ctx, name, nil)
+	if w := a.env.Cluster.Locate(name); w.Exists {
+		a.status[name] = recordStatus(w.Record)
+	}
+}
+
+// disown stops the actor of a sandbox this node no longer owns. Its
+// supervisor and workload keep running: the new owner adopts them.
+func (a *sandboxesActor) disown(ctx actor.Context, name string) {
+	pid, ok := a.kids[name]
+	if !ok {
+		return
+	}
+	a.env.Log.Warn().Str("sandbox", name).Msg("no longer owned by this node: its actor stops (the supervisor keeps running)")
+	a.forget(name, pid)
+	a.dying[pid.Id] = name
+	ctx.Stop(pid)
+}
+
+// routeCluster answers a request for a sandbox this node does not drive:
+// forwarded to its owner, or answered from the view.
+func (a *sandboxesActor) routeCluster(ctx actor.Context, name string) {
+	c := a.env.Cluster
+	loc := c.Locate(name)
+	_, hello := ctx.Message().(*messages.Hello)
+	if loc.OwnerAPI != "" && loc.OwnerNode != c.Self() {
+		if _, via := transport.Forwarded(ctx); !via {
+			target := transport.APIActor
+			if hello {
+				target = transport.HelloActor
+			}
+			transport.Forward(ctx, actor.NewPID(loc.OwnerAPI, target))
+			return
+		}
+	}
+	if !loc.Exists {
+		if hello {
+			ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no sandbox named %s; exit", name)})
+			return
+		}
+		ctx.Respond(errdefs.Reply(errdefs.NotFound("no sandbox named %q (stockade sandbox list shows them)", name)))
+		return
+	}
+	why := movingMessage(name, loc)
+	if hello {
+		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_UNAVAILABLE, Message: why})
+		return
+	}
+	if req, ok := ctx.Message().(*messages.SandboxRequest); ok && req.Verb == messages.Verb_VERB_GET {
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: locationStatus(loc)})
+		return
+	}
+	r := errdefs.Reply(errdefs.Unavailable("%s", why))
+	r.Sandbox = locationStatus(loc)
+	ctx.Respond(r)
+}
+
+// movingMessage says why a sandbox that exists has no owner to answer.
+func movingMessage(name string, loc Location) string {
+	switch {
+	case !loc.HostAlive:
+		return fmt.Sprintf("sandbox %s: no gateway node of its host %q is alive (NodeLost): its supervisor and workload keep running there, and a node of that host drives it again when one starts", name, loc.Record.Host)
+	case loc.OwnerNode != "":
+		return fmt.Sprintf("sandbox %s is changing owner (node %s); retry in a moment", name, loc.OwnerNode)
+	default:
+		return fmt.Sprintf("sandbox %s has no owner node right now (its node was lost; another node of host %q is taking it over); retry in a few seconds", name, loc.Record.Host)
+	}
+}
+
+// locationStatus is the status of a sandbox driven elsewhere, from its
+// record; one with no owner and no live node on its host shows as
+// Error/NodeLost.
+func locationStatus(loc Location) *messages.SandboxStatus {
+	st := recordStatus(loc.Record)
+	st.Node = loc.OwnerNode
+	if loc.OwnerNode == "" && !loc.HostAlive {
+		st.Phase, st.Reason = "Error", "NodeLost"
+		st.Message = fmt.Sprintf("no gateway node of host %q is alive; the sandbox is driven again when one starts (its supervisor and workload keep running)", loc.Record.Host)
+	}
+	return st
+}
+
+// createCluster places a new sandbox: on this node, or forwarded to the
+// node placement picks (a forwarded create is made here, whatever this
+// node's view says, so it cannot bounce).
+func (a *sandboxesActor) createCluster(ctx actor.Context, m *messages.CreateRequest) bool {
+	c := a.env.Cluster
+	if loc := c.Locate(m.Name); loc.Exists {
+		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s already exists (phase %s, node %s): delete it first, or pick another name",
+			m.Name, loc.Record.Lifecycle.Phase, orDash(loc.OwnerNode))))
+		return true
+	}
+	if _, via := transport.Forwarded(ctx); via {
+		return false
+	}
+	node, api := c.Place(m.Name)
+	if node == c.Self() || api == "" {
+		return false
+	}
+	transport.Forward(ctx, actor.NewPID(api, transport.APIActor))
+	return true
+}
+
+// listCluster is every sandbox of the cluster: this node's own from its
+// actors, the others from the view.
+func (a *sandboxesActor) listCluster() []*messages.SandboxStatus {
+	seen := map[string]bool{}
+	var out []*messages.SandboxStatus
+	for _, loc := range a.env.Cluster.List() {
+		name := loc.Record.Spec.Name
+		seen[name] = true
+		if st, ok := a.status[name]; ok {
+			out = append(out, st)
+			continue
+		}
+		out = append(out, locationStatus(loc))
+	}
+	for name, st := range a.status { // created here, not in the view yet
+		if !seen[name] {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,262 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/internal/etcdtest"
+	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/store"
+)
+
+// events records a node's events.
+type events struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (e *events) add(ev Event) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) count(k EventKind, name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := 0
+	for _, ev := range e.evs {
+		if ev.Kind == k && (name == "" || ev.Sandbox == name) {
+			c++
+		}
+	}
+	return c
+}
+
+type testNode struct {
+	*Node
+	ev *events
+}
+
+func join(t *testing.T, srv *etcdtest.Server, prefix, name string) testNode {
+	t.Helper()
+	ev := &events{}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	n, err := Join(ctx, Config{Endpoints: []string{srv.Endpoint}, Prefix: prefix, TTL: 2 * time.Second,
+		Self: NodeInfo{Node: name, Host: "h1", API: "127.0.0.1:" + name}, Log: zerolog.New(&testenv.Buffer{})}, ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return testNode{n, ev}
+}
+
+// kill ends a node's loops without revoking its lease, as SIGKILL would.
+func (n *Node) kill() {
+	n.cancel()
+	<-n.done
+}
+
+func rec(name string) store.Record {
+	return store.Record{Spec: store.Spec{Name: name, UID: "u-" + name, PolicyVersion: 1, Argv: []string{"sleep"}, Created: time.Now()},
+		Intent: store.IntentRunning, Lifecycle: lifecycle.Snapshot{Phase: lifecycle.PhaseReady, Since: time.Now()}}
+}
+
+func ctx5(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// owners reads every owner key straight from etcd.
+func owners(t *testing.T, cli *clientv3.Client, prefix string) map[string]string {
+	t.Helper()
+	resp, err := cli.Get(ctx5(t), prefix+"owners/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key[len(prefix+"owners/"):])] = string(kv.Value)
+	}
+	return out
+}
+
+func TestPlaceSpreadsAndIsStable(t *testing.T) {
+	nodes := []string{"a", "b", "c"}
+	count := map[string]int{}
+	for i := range 300 {
+		count[place(fmt.Sprintf("sb-%d", i), nodes)]++
+	}
+	for _, n := range nodes {
+		if count[n] < 60 {
+			t.Fatalf("placement is uneven: %v", count)
+		}
+	}
+	// Removing a node moves only its own sandboxes.
+	for i := range 300 {
+		name := fmt.Sprintf("sb-%d", i)
+		before, after := place(name, nodes), place(name, []string{"a", "c"})
+		if before != "b" && before != after {
+			t.Fatalf("%s moved from %s to %s when b left", name, before, after)
+		}
+	}
+	if place("x", nil) != "" {
+		t.Fatal("no node must place nowhere")
+	}
+}
+
+// Three nodes: creates through one node are fenced to it; killing the
+// owner moves its sandboxes to a survivor within a few TTLs; the killed
+// node's writes are refused by etcd even when it believes its lease good.
+func TestOwnershipFailoverAndFencing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/t/failover/"
+	a, b, c := join(t, srv, prefix, "a"), join(t, srv, prefix, "b"), join(t, srv, prefix, "c")
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(a.Nodes()) == 3 && len(c.Nodes()) == 3 }, "every node sees three")
+
+	const n = 12
+	revs := map[string]uint64{}
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		rev, err := a.Store().Put(ctx5(t), rec(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[name] = rev
+	}
+	// A create of an existing name conflicts and writes nothing.
+	if _, err := b.Store().Put(ctx5(t), rec("s0")); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second create: %v, want ErrConflict", err)
+	}
+	// b may not write a's sandbox.
+	r := rec("s1")
+	r.Revision = revs["s1"]
+	if _, err := b.Store().Put(ctx5(t), r); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("non-owner write: %v, want ErrNotOwner", err)
+	}
+	if got := len(a.Owned()); got != n {
+		t.Fatalf("a owns %d, want %d", got, n)
+	}
+	// a's owner writes work.
+	rev, err := a.Store().Put(ctx5(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs["s1"] = rev
+
+	killed := time.Now()
+	a.kill()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		o := owners(t, b.Client(), prefix)
+		if len(o) != n {
+			return false
+		}
+		for _, node := range o {
+			if node == "a" {
+				return false
+			}
+		}
+		return true
+	}, "every sandbox owned by a survivor")
+	t.Logf("all %d sandboxes moved %s after the kill (TTL 2s)", n, time.Since(killed).Round(10*time.Millisecond))
+	if got := len(b.Owned()) + len(c.Owned()); got != n {
+		t.Fatalf("survivors own %d, want %d", got, n)
+	}
+	if b.ev.count(Own, "")+c.ev.count(Own, "") < n {
+		t.Fatalf("survivors were told to drive %d+%d sandboxes, want %d", b.ev.count(Own, ""), c.ev.count(Own, ""), n)
+	}
+	// The killed node wakes believing its lease good (a zombie): etcd
+	// refuses its write by the fencing token, and counts it.
+	a.mu.Lock()
+	a.validUntil = time.Now().Add(time.Hour)
+	a.mine["s1"] = int64(revs["s1"]) // any stale token
+	a.mu.Unlock()
+	before := a.Refused()
+	r.Revision = revs["s1"]
+	if _, err := a.Store().Put(ctx5(t), r); !errors.Is(err, store.ErrNotOwner) {
+		t.Fatalf("zombie write: %v, want ErrNotOwner", err)
+	}
+	if a.Refused() != before+1 {
+		t.Fatalf("refused count %d, want %d", a.Refused(), before+1)
+	}
+	got, err := b.Store().Get(ctx5(t), "s1")
+	if err != nil || got.Revision != revs["s1"] {
+		t.Fatalf("s1 changed under the zombie's write: rev %d (want %d), %v", got.Revision, revs["s1"], err)
+	}
+}
+
+// A node that cannot renew stops driving before its TTL can expire:
+// Fenced is emitted and its writes are refused locally.
+func TestSelfFence(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/t/fence/"
+	a := join(t, srv, prefix, "a")
+	if _, err := a.Store().Put(ctx5(t), rec("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Signal(19); err != nil { // SIGSTOP etcd: renewals hang
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() bool { return a.ev.count(Fenced, "") > 0 }, "the node fences itself")
+	took := time.Since(stopped)
+	if took > 2*time.Second {
+		t.Fatalf("fenced %s after renewals stopped: not before the 2s TTL", took)
+	}
+	t.Logf("fenced %s after etcd stopped answering (TTL 2s)", took.Round(10*time.Millisecond))
+	if a.Owns("x") {
+		t.Fatal("a fenced node still says it owns x")
+	}
+	if err := srv.Signal(18); err != nil { // SIGCONT
+		t.Fatal(err)
+	}
+}
+
+// Nodes started at the same moment never both own a sandbox.
+func TestSimultaneousStartOneOwner(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/t/together/"
+	seed := join(t, srv, prefix, "seed")
+	for i := range 20 {
+		if _, err := seed.Store().Put(ctx5(t), rec(fmt.Sprintf("t%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed.kill()
+	// Wait out the seed's lease: the sandboxes are unowned.
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(owners(t, seed.Client(), prefix)) == 0 }, "the seed's ownership expires")
+	var wg sync.WaitGroup
+	nodes := make([]testNode, 3)
+	for i := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); nodes[i] = join(t, srv, prefix, fmt.Sprintf("n%d", i)) }()
+	}
+	wg.Wait()
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(owners(t, seed.Client(), prefix)) == 20 }, "every sandbox owned")
+	// Each owner key names one node, and each node's belief matches etcd.
+	o := owners(t, seed.Client(), prefix)
+	believed := map[string]string{}
+	for _, n := range nodes {
+		for _, s := range n.Owned() {
+			if prev, dup := believed[s]; dup {
+				t.Fatalf("%s is owned by both %s and %s", s, prev, n.Self().Node)
+			}
+			believed[s] = n.Self().Node
+		}
+	}
+	for s, node := range o {
+		if believed[s] != node {
+			t.Fatalf("%s: etcd says %s, nodes believe %q", s, node, believed[s])
+		}
+	}
+}

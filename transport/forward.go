@@ -1,0 +1,46 @@
+package transport
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/stockade-dev/stockade/trust"
+)
+
+// Forward sends the current message to to (the API or hello actor of the
+// gateway node that owns the sandbox) on behalf of its caller: the sender
+// (the caller's reply address) and the message header (the PeerHeader and
+// PeerAddrHeader this endpoint stamped on receipt) travel along, so the
+// owner's endpoint (ClusterRules) delivers it as the caller's, marked
+// ViaHeader, and the owner answers the caller directly. A message from
+// inside this process has no peer header: the owner sees this node as the
+// caller.
+//
+// A node must not forward a message that was forwarded to it (Forwarded):
+// the owner it names is this node's view of the cluster, and forwarding
+// again could loop.
+func Forward(ctx actor.Context, to *actor.PID) {
+	var header map[string]string
+	if h := ctx.MessageHeader(); h != nil {
+		header = h.ToMap()
+	}
+	// protoactor's remote process unwraps the envelope (actor.UnwrapEnvelope)
+	// and its endpoint writer sends Header and Sender with the message.
+	ctx.Send(to, &actor.MessageEnvelope{Header: header, Message: ctx.Message(), Sender: ctx.Sender()})
+}
+
+// Forwarded reports whether the current message came through another
+// gateway node (it carries ViaHeader), and that node's identity (zero if
+// the header does not parse: ok is still true, so the message is not
+// forwarded again).
+func Forwarded(ctx actor.Context) (via trust.Identity, ok bool) {
+	h := ctx.MessageHeader()
+	if h == nil {
+		return trust.Identity{}, false
+	}
+	v := h.Get(ViaHeader)
+	if v == "" {
+		return trust.Identity{}, false
+	}
+	via, _ = trust.ParseIdentity(v)
+	return via, true
+}
