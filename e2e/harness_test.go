@@ -69,6 +69,15 @@ func sharedDir(t testing.TB, uid int) string {
 
 func newWorld(t testing.TB, uid int, gwArgs ...string) *world {
 	t.Helper()
+	w := prepareWorld(t, uid, gwArgs...)
+	w.startGateway()
+	t.Cleanup(w.shutdown)
+	return w
+}
+
+// prepareWorld makes a world's files and upstream, without a gateway.
+func prepareWorld(t testing.TB, uid int, gwArgs ...string) *world {
+	t.Helper()
 	testenv.NeedRoot(t) // to map a host uid range, and to run a gateway as another user
 	testenv.NeedTool(t, "curl", "curl")
 	w := &world{t: t, state: sharedDir(t, uid), uid: uid, gwArgs: gwArgs}
@@ -98,8 +107,6 @@ network_policies:
     endpoints: [{ host: api.test, port: %d }]
     binaries: [{ path: /usr/bin/curl }]
 `, w.webPort))
-	w.startGateway()
-	t.Cleanup(w.shutdown)
 	return w
 }
 
@@ -193,6 +200,7 @@ func runCmd(t testing.TB, cmd *exec.Cmd) (string, string, int) {
 // status is `sandbox get -o json`.
 type status struct {
 	Name             string           `json:"name"`
+	Node             string           `json:"node"`
 	Phase            string           `json:"phase"`
 	Reason           string           `json:"reason"`
 	Message          string           `json:"message"`

@@ -104,6 +104,9 @@ func (a *sandboxesActor) routeCluster(ctx actor.Context, name string) {
 		return
 	}
 	why := movingMessage(name, loc)
+	if loc.OwnerNode == c.Self() {
+		why = fmt.Sprintf("sandbox %s: this node (%s) owns it but cannot renew its cluster lease (is etcd reachable?): it drives and writes nothing until it can; nothing changed; retry", name, c.Self())
+	}
 	if hello {
 		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_UNAVAILABLE, Message: why})
 		return

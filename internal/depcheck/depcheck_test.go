@@ -40,6 +40,8 @@ func bans() []ban {
 		{"errdefs", []string{opa, etcd}, "the error vocabulary is shared by the gateway, the client and the CLI (messages, for the wire status, brings protoactor)"},
 		{"actors/gateway", []string{module + "client"}, "the gateway serves clients; it must not depend on their package (shared formats live in trust and contract)"},
 		{"actors/sandbox", []string{module + "driver/process", module + "client"}, "the sandbox actor reaches processes only through the driver.Driver seam (so a fake and a cluster's remote driver fit)"},
+		{"actors/sandbox", []string{module + "cluster", "go.etcd.io/etcd/"}, "the sandbox actors see the cluster only through their Cluster and Store seams (tested in process without etcd); the gateway adapts package cluster"},
+		{"cluster", []string{opa, protoact}, "membership and fencing are etcd and data: no actors, no policy engine"},
 	}
 }
 
