@@ -31,6 +31,9 @@ type clusterWorld struct {
 
 type clusterNode struct {
 	name string
+	// state and host: another host's node (default: the world's state
+	// dir, and this machine's hostname).
+	state, host string
 	addr string // kept across restarts: supervisors and clients know it
 	proc *testworld.Process
 }
@@ -72,8 +75,15 @@ func (c *clusterWorld) start(nd *clusterNode) {
 	if nd.addr != "" {
 		listen = nd.addr
 	}
-	args := []string{"gateway", "run", "--etcd", c.etcd.Endpoint, "--node", nd.name, "--state-dir", c.state, "--listen", listen,
+	state := c.state
+	if nd.state != "" {
+		state = nd.state
+	}
+	args := []string{"gateway", "run", "--etcd", c.etcd.Endpoint, "--node", nd.name, "--state-dir", state, "--listen", listen,
 		"--hosts", c.hosts, "--allow-loopback-upstream", "--log-format", "json"}
+	if nd.host != "" {
+		args = append(args, "--host-id", nd.host)
+	}
 	p := testworld.Start(c.t, testworld.Spec{Bin: bin, Args: args, Name: "gateway-" + nd.name, Timeout: 30 * time.Second, RetryInUse: 10 * time.Second})
 	nd.proc, nd.addr = p, p.Addrs.API
 }
@@ -427,4 +437,89 @@ func TestClusterStartTogether(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds of 3 nodes started at once over %d sandboxes: no sandbox driven twice, one supervisor each", rounds, n)
+}
+
+// TestClusterNodeLost: a sandbox lives on the host of the node that made
+// it. With no node of that host alive it is Error/NodeLost (its workload
+// keeps running), verbs on it exit 5 naming the host, and it is Ready
+// again, same workload, when a node of that host returns.
+func TestClusterNodeLost(t *testing.T) {
+	c := newClusterWorld(t, 1) // n1 on host h-main (this state dir)
+	c.nodes[0].proc.Stop(10 * time.Second)
+	c.nodes[0].host = "h-main"
+	c.start(c.nodes[0])
+	other := sharedDir(t, 0)
+	if err := os.MkdirAll(filepath.Join(other, "pki"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ca.crt", "ca.key"} {
+		b, err := os.ReadFile(filepath.Join(c.state, "pki", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(other, "pki", f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	far := &clusterNode{name: "far", state: other, host: "h-far"}
+	c.nodes = append(c.nodes, far)
+	c.start(far)
+	t.Cleanup(func() {
+		for _, pid := range supervisorsOf(other) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	// Placement spreads creates over both hosts: make sandboxes until one
+	// lands on the far host.
+	var onFar status
+	for i := 0; i < 12 && onFar.Name == ""; i++ {
+		name := fmt.Sprintf("l%d", i)
+		if out, errOut, code := c.via(c.nodes[0], "create", name, "--policy", c.policy, "--", "/bin/sh", "-c", "exec sleep infinity"); code != 0 {
+			t.Fatalf("create %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		for _, s := range c.list(c.nodes[0]) {
+			if s.Name == name && s.Node == "far" {
+				onFar = s
+			}
+		}
+	}
+	if onFar.Name == "" {
+		t.Fatal("no sandbox was placed on the far host's node in 12 creates")
+	}
+	if err := far.proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	far.proc = nil
+	var got status
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		for _, s := range c.list(c.nodes[0]) {
+			if s.Name == onFar.Name {
+				got = s
+			}
+		}
+		return got.Phase == "Error" && got.Reason == "NodeLost"
+	}, "%s to show Error/NodeLost (last %+v)", onFar.Name, &got)
+	if !strings.Contains(got.Message, "h-far") {
+		t.Errorf("NodeLost message does not name the host: %q", got.Message)
+	}
+	if err := syscall.Kill(onFar.WorkloadPid, 0); err != nil {
+		t.Errorf("the workload died with its node: %v", err)
+	}
+	_, errOut, code := c.via(c.nodes[0], "stop", onFar.Name)
+	if code != 5 || !strings.Contains(errOut, "NodeLost") || !strings.Contains(errOut, "h-far") {
+		t.Errorf("stop of a NodeLost sandbox: exit %d, %q; want 5 naming NodeLost and the host", code, errOut)
+	}
+	t.Logf("with its host's node gone: %s %s/%s: %s; stop: exit 5: %s", got.Name, got.Phase, got.Reason, got.Message, strings.TrimSpace(errOut))
+	c.start(far)
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		for _, s := range c.list(c.nodes[0]) {
+			if s.Name == onFar.Name {
+				got = s
+			}
+		}
+		return got.Phase == "Ready" && got.Node == "far"
+	}, "%s Ready again on the far node (last %+v)", onFar.Name, &got)
+	if got.WorkloadPid != onFar.WorkloadPid {
+		t.Errorf("workload pid %d -> %d: restarted instead of adopted", onFar.WorkloadPid, got.WorkloadPid)
+	}
 }

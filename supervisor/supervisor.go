@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
@@ -73,6 +74,11 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 	log = log.With().Str("sandbox", sp.Name).Str("instance", sp.Instance).Logger()
 	dir := filepath.Dir(specPath)
+	lock, err := lockSandbox(dir, sp.Name)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 
 	faults := fault.NewSet() // armed at run time by FaultRequest (tests, chaos)
 	engine := policy.NewEngine(policy.WithLogger(log), policy.WithFaults(faults))
@@ -310,4 +316,32 @@ func restartCounts(c *supervise.Counters) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// LockFile is the file in a sandbox's directory a running supervisor
+// holds an exclusive lock on, and writes its pid to.
+const LockFile = "supervisor.lock"
+
+// lockSandbox takes the sandbox's supervisor lock: never two supervisors
+// on one workspace, whatever the nodes that start them believe (a node
+// that lost the sandbox while paused, in a cluster). The lock lives as
+// long as the returned file stays open (it is not inherited by children).
+func lockSandbox(dir, name string) (*os.File, error) {
+	p := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: lock %s: %w", p, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(p)
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("supervisor: another supervisor of sandbox %s runs (pid %s): not starting a second one on its workspace", name, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("supervisor: lock %s: %w", p, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
