@@ -6,7 +6,7 @@ PKGS      := ./...
 GOFLAGS   ?=
 export GOFLAGS
 
-.PHONY: all build run run-boundary test test-race vet fmt-check repo-check bench fuzz chaos clean generate
+.PHONY: all build run run-cluster run-boundary test test-race vet fmt-check repo-check bench fuzz chaos clean generate
 
 all: build
 
@@ -21,6 +21,15 @@ build:
 # Ctrl-C removes everything it made. `make run-boundary`: the standalone boundary.
 run: build
 	bash examples/run.sh
+
+# A cluster on one machine: its own etcd (127.0.0.1, STOCKADE_ETCD_PORT,
+# default 23790, and the next port), three gateway nodes n1 n2 n3 sharing one
+# state dir (STOCKADE_CLUSTER_BASE_PORT, default 7421, and the next two), six
+# sample sandboxes spread over them, their owners and what to try (kill a
+# node: its sandboxes move). Needs etcd (Debian: etcd-server).
+# Ctrl-C removes everything it made, etcd's data too.
+run-cluster: build
+	bash examples/run-cluster.sh
 
 run-boundary: build
 	bash examples/run-boundary.sh

@@ -34,8 +34,8 @@ type clusterNode struct {
 	// state and host: another host's node (default: the world's state
 	// dir, and this machine's hostname).
 	state, host string
-	addr string // kept across restarts: supervisors and clients know it
-	proc *testworld.Process
+	addr        string // kept across restarts: supervisors and clients know it
+	proc        *testworld.Process
 }
 
 func newClusterWorld(t *testing.T, n int) *clusterWorld {
