@@ -25,7 +25,7 @@ run: build
 # A cluster on one machine: its own etcd (127.0.0.1, STOCKADE_ETCD_PORT,
 # default 23790, and the next port), three gateway nodes n1 n2 n3 sharing one
 # state dir (STOCKADE_CLUSTER_BASE_PORT, default 7421, and the next two), six
-# sample sandboxes spread over them, their owners and what to try (kill a
+# sample sandboxes placed on them by rendezvous hashing, their owners and what to try (kill a
 # node: its sandboxes move). Needs etcd (Debian: etcd-server).
 # Ctrl-C removes everything it made, etcd's data too.
 run-cluster: build
