@@ -76,7 +76,7 @@ func newPolicyGetCmd() *cobra.Command {
 	co := clientFlags(cmd)
 	cmd.Flags().Uint64Var(&rev, "rev", 0, "the version to print (default: the current one)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		reply, err := co.call(cmd, &messages.PolicyRequest{Name: args[0], Rev: rev})
+		reply, err := co.read(cmd, &messages.PolicyRequest{Name: args[0], Rev: rev})
 		if err != nil {
 			return err
 		}

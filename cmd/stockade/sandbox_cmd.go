@@ -153,6 +153,26 @@ func (co *clientOpts) call(cmd *cobra.Command, msg proto.Message) (*messages.Rep
 	return request(c, msg)
 }
 
+// read is call for an idempotent read (get, list, policy get): when the
+// gateway it reached fails before answering (it died mid-request), the
+// next address of the configuration is asked. A gateway's answer, an
+// error one included, is final.
+func (co *clientOpts) read(cmd *cobra.Command, msg proto.Message) (*messages.Reply, error) {
+	_, addrs, _ := co.configuration()
+	var err error
+	for i := range addrs {
+		next := *co
+		next.gateway = strings.Join(addrs[i:], ",")
+		var reply *messages.Reply
+		reply, err = next.call(cmd, msg)
+		var ee *exitError
+		if reply != nil || !errors.As(err, &ee) || ee.code != exitUnreachable {
+			return reply, err
+		}
+	}
+	return nil, err
+}
+
 func newCreateCmd(co *clientOpts) *cobra.Command {
 	var policyFile, workdir, restart string
 	var w waitOpts
@@ -424,7 +444,7 @@ of phase, reason, message or pids (polled every 300 ms) until Ctrl-C (exit
 				}
 				return co.watch(cmd, args[0])
 			}
-			reply, err := co.call(cmd, &messages.SandboxRequest{Name: args[0], Verb: messages.Verb_VERB_GET})
+			reply, err := co.read(cmd, &messages.SandboxRequest{Name: args[0], Verb: messages.Verb_VERB_GET})
 			if err != nil {
 				return err
 			}
@@ -473,7 +493,7 @@ polled every 300 ms, until Ctrl-C (exit 0).`,
 				}
 				return co.watch(cmd, "")
 			}
-			reply, err := co.call(cmd, &messages.ListRequest{})
+			reply, err := co.read(cmd, &messages.ListRequest{})
 			if err != nil {
 				return err
 			}
