@@ -6,7 +6,7 @@ PKGS      := ./...
 GOFLAGS   ?=
 export GOFLAGS
 
-.PHONY: all build run run-cluster run-boundary test test-race vet fmt-check repo-check bench fuzz chaos clean generate
+.PHONY: all build run run-cluster run-boundary test test-race vet fmt-check repo-check bench bench-cluster fuzz chaos clean generate
 
 all: build
 
@@ -62,6 +62,12 @@ test: fmt-check vet repo-check
 # Benchmarks side by side with peers (tinyproxy, dnsmasq, dnsperf); not in CI.
 bench: build
 	$(GO) run ./bench/cmd/benchtable -stockade $(BIN) -duration 10s -runs 3 -fail-on-miss=false
+
+# The cluster's benchmark (not in CI: hundreds of sandboxes for minutes;
+# needs root and etcd): failover time against sandbox count (30, 100, 200
+# over 3 nodes) and get/list p50/p99 with 200 sandboxes, 3 nodes against 1.
+bench-cluster: build
+	CI=true STOCKADE_E2E_CLUSTER_BENCH=1 $(GO) test -count=1 -timeout 30m -run 'TestClusterBench$$' -v ./e2e/ | grep -v '^=== '
 
 # The long chaos run (root: sandboxes map a host uid range): every fault
 # kind until 10,000 faults are injected; the table is printed, the JSON

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/store/etcdstore"
 )
@@ -54,6 +54,11 @@ type Config struct {
 	// DialTimeout bounds connecting to etcd (5 s when 0).
 	DialTimeout time.Duration
 	Log         zerolog.Logger
+	// Stats receives the node's counters (nil: fresh ones, see Node.Stats).
+	Stats *Stats
+	// Faults is asked at the store's points before and after each record
+	// write (store.PointWrite, store.PointCommitted); nil: none.
+	Faults fault.Injector
 }
 
 // Event tells the node's sandboxes actor what to drive.
@@ -126,11 +131,10 @@ type Node struct {
 	revoked map[string]bool
 	notify  func(Event)
 
-	refused atomic.Int64 // owner writes refused by the fencing check
-	claims  atomic.Int64
-	kick    chan struct{}
-	cancel  context.CancelFunc
-	done    chan struct{}
+	stats  *Stats
+	kick   chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // Join connects to etcd, takes a lease, publishes this node (waiting up to
@@ -153,13 +157,19 @@ func Join(ctx context.Context, cfg Config, notify func(Event)) (*Node, error) {
 	if cfg.TTL < 2*time.Second || cfg.TTL%time.Second != 0 {
 		return nil, fmt.Errorf("cluster: lease TTL %s: use whole seconds, at least 2s (etcd's minimum)", cfg.TTL)
 	}
+	if cfg.Stats == nil {
+		cfg.Stats = NewStats()
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = fault.Nop{}
+	}
 	recs, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix + "sandboxes/", DialTimeout: cfg.DialTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{cfg: cfg, cli: recs.Client(), records: recs, log: cfg.Log, prefix: cfg.Prefix, ttl: cfg.TTL,
 		nodes: map[string]NodeInfo{}, owners: map[string]owner{}, recs: map[string]store.Record{},
-		unowned: map[string]time.Time{}, mine: map[string]int64{}, revoked: map[string]bool{}, notify: notify, kick: make(chan struct{}, 1),
+		unowned: map[string]time.Time{}, mine: map[string]int64{}, revoked: map[string]bool{}, notify: notify, stats: cfg.Stats, kick: make(chan struct{}, 1),
 		done: make(chan struct{})}
 	if err := n.register(ctx); err != nil {
 		_ = recs.Close()
@@ -388,6 +398,7 @@ func (n *Node) renewLoop(ctx context.Context) {
 			n.mu.Unlock()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
 			n.log.Warn().Int64("lease", int64(lease)).Msg("cluster: this node's lease expired (paused or cut off); dropping every sandbox and joining again")
+			n.stats.leaseLosses.Add(1)
 			n.loseAll()
 			rctx, cancel := context.WithTimeout(ctx, n.ttl*2)
 			if err := n.register(rctx); err != nil {
@@ -473,6 +484,7 @@ func (n *Node) checkFence() bool {
 	n.mine = map[string]int64{}
 	n.mu.Unlock()
 	if !was {
+		n.stats.selfFences.Add(1)
 		n.log.Warn().Int("sandboxes", lost).Msg("cluster: lease not renewed in time; this node stops driving its sandboxes (self-fence)")
 		n.emit(Event{Kind: Fenced})
 	}
@@ -553,7 +565,7 @@ func (n *Node) claim(ctx context.Context, name string) {
 	if !resp.Succeeded {
 		return // another node was first, or the record is gone
 	}
-	n.claims.Add(1)
+	n.stats.claims.Add(1)
 	n.mu.Lock()
 	n.mine[name] = resp.Header.Revision
 	n.mu.Unlock()
@@ -700,10 +712,10 @@ func (n *Node) Owned() []string {
 
 // Refused counts this node's record writes refused by the fencing check
 // (at etcd, or locally because its lease was not renewed).
-func (n *Node) Refused() int64 { return n.refused.Load() }
+func (n *Node) Refused() int64 { return n.stats.FencedWrites() }
 
-// Claims counts the sandboxes this node claimed.
-func (n *Node) Claims() int64 { return n.claims.Load() }
+// Stats are the node's counters.
+func (n *Node) Stats() *Stats { return n.stats }
 
 // Client is the node's etcd client.
 func (n *Node) Client() *clientv3.Client { return n.cli }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/etcdtest"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/store"
@@ -258,5 +260,31 @@ func TestSimultaneousStartOneOwner(t *testing.T) {
 		if believed[s] != node {
 			t.Fatalf("%s: etcd says %s, nodes believe %q", s, node, believed[s])
 		}
+	}
+}
+
+// The store's fault points reach the cluster's store: an injected write
+// error writes nothing, and the next write works.
+func TestStoreFaultPoint(t *testing.T) {
+	srv := etcdtest.Start(t)
+	faults := fault.NewSet()
+	ev := &events{}
+	n, err := Join(ctx5(t), Config{Endpoints: []string{srv.Endpoint}, Prefix: "/t/faults/", TTL: 2 * time.Second, Faults: faults,
+		Self: NodeInfo{Node: "a", Host: "h1", API: "127.0.0.1:1"}, Log: zerolog.New(&testenv.Buffer{})}, ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	if _, err := faults.Apply("store.write=error:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Store().Put(ctx5(t), rec("f")); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("armed write: %v, want the injected error", err)
+	}
+	if _, err := n.Store().Get(ctx5(t), "f"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after the failed create: %v, want not found", err)
+	}
+	if _, err := n.Store().Put(ctx5(t), rec("f")); err != nil {
+		t.Fatalf("the next write: %v", err)
 	}
 }

@@ -34,6 +34,20 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) { return s.n.r
 // renewed in time) fails with store.ErrNotOwner and is counted.
 func (s *Store) Put(ctx context.Context, rec store.Record) (uint64, error) {
 	n, name := s.n, rec.Spec.Name
+	if err := n.cfg.Faults.Inject(store.PointWrite); err != nil {
+		return 0, fmt.Errorf("cluster: write sandbox %q: %w", name, err)
+	}
+	rev, err := s.put(ctx, rec)
+	if err == nil {
+		if ferr := n.cfg.Faults.Inject(store.PointCommitted); ferr != nil {
+			return 0, fmt.Errorf("cluster: write sandbox %q: %w", name, ferr)
+		}
+	}
+	return rev, err
+}
+
+func (s *Store) put(ctx context.Context, rec store.Record) (uint64, error) {
+	n, name := s.n, rec.Spec.Name
 	if rec.Host == "" {
 		rec.Host = n.cfg.Self.Host
 	}
@@ -84,6 +98,9 @@ func (s *Store) Put(ctx context.Context, rec store.Record) (uint64, error) {
 // it and its revision is rev.
 func (s *Store) Delete(ctx context.Context, name string, rev uint64) error {
 	n := s.n
+	if err := n.cfg.Faults.Inject(store.PointWrite); err != nil {
+		return fmt.Errorf("cluster: delete sandbox %q: %w", name, err)
+	}
 	tok, err := s.token("delete", name)
 	if err != nil {
 		return err
@@ -150,7 +167,7 @@ func (s *Store) failed(op, name string, tok int64, rev uint64, resp *clientv3.Tx
 }
 
 func (s *Store) refuse(op, name, why string) error {
-	s.n.refused.Add(1)
+	s.n.stats.fencedWrites.Add(1)
 	return fmt.Errorf("cluster: %s sandbox %q refused on node %s: %s: %w", op, name, s.n.cfg.Self.Node, why, store.ErrNotOwner)
 }
 

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +82,7 @@ func (c *clusterWorld) start(nd *clusterNode) {
 		state = nd.state
 	}
 	args := []string{"gateway", "run", "--etcd", c.etcd.Endpoint, "--node", nd.name, "--state-dir", state, "--listen", listen,
-		"--hosts", c.hosts, "--allow-loopback-upstream", "--log-format", "json"}
+		"--hosts", c.hosts, "--allow-loopback-upstream", "--log-format", "json", "--metrics", "127.0.0.1:0"}
 	if nd.host != "" {
 		args = append(args, "--host-id", nd.host)
 	}
@@ -357,8 +359,12 @@ func TestClusterPausedNode(t *testing.T) {
 			t.Errorf("%s: workload pid %d -> %d", name, s.WorkloadPid, after[name].WorkloadPid)
 		}
 	}
-	refused := strings.Count(proc.Log.String(), "refused on node "+victim.name)
-	t.Logf("%s after waking: drives none of its former sandboxes; %d of its writes refused by the fencing check", victim.name, refused)
+	m := metricsOf(t, proc.Addrs.Metrics)
+	t.Logf("%s after waking: drives none of its former sandboxes; its metrics: %d writes refused by the fencing check, %d self-fences, %d lease losses",
+		victim.name, m["stockade_cluster_fenced_writes_total"], m["stockade_cluster_self_fences_total"], m["stockade_cluster_lease_losses_total"])
+	if m["stockade_cluster_self_fences_total"] < 1 && m["stockade_cluster_lease_losses_total"] < 1 {
+		t.Errorf("a node paused past its lease neither fenced itself nor lost its lease (metrics %v)", m)
+	}
 }
 
 func keys(m map[string]status) []string {
@@ -522,4 +528,26 @@ func TestClusterNodeLost(t *testing.T) {
 	if got.WorkloadPid != onFar.WorkloadPid {
 		t.Errorf("workload pid %d -> %d: restarted instead of adopted", onFar.WorkloadPid, got.WorkloadPid)
 	}
+}
+
+// metricsOf reads the stockade_cluster_* counters a node serves.
+func metricsOf(t *testing.T, addr string) map[string]int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "stockade_cluster_") {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = int64(v)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no stockade_cluster_ metrics at %s", addr)
+	}
+	return out
 }

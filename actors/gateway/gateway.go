@@ -87,6 +87,9 @@ type Config struct {
 	// LeaseTTL is the node's lease TTL in a cluster (default
 	// cluster.DefaultTTL).
 	LeaseTTL time.Duration
+	// ClusterStats receives the cluster node's counters (default: fresh
+	// ones); the caller may export them as metrics.
+	ClusterStats *cluster.Stats
 }
 
 // Served is what a ready gateway serves: its API and relay addresses and
@@ -177,8 +180,12 @@ func Run(ctx context.Context, cfg Config) error {
 				return fmt.Errorf("gateway: name this host with --host-id: %w", err)
 			}
 		}
+		var faults fault.Injector
+		if cfg.Faults != nil { // a nil *fault.Set in the interface would not be nil
+			faults = cfg.Faults
+		}
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		node, err = cluster.Join(jctx, cluster.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix, TTL: cfg.LeaseTTL, Log: cfg.Log,
+		node, err = cluster.Join(jctx, cluster.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix, TTL: cfg.LeaseTTL, Log: cfg.Log, Stats: cfg.ClusterStats, Faults: faults,
 			Self: cluster.NodeInfo{Node: cfg.Node, Host: cfg.Host, API: addr, Relay: relayAddr}},
 			func(e cluster.Event) {
 				if f := toSandboxes.Load(); f != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
@@ -74,7 +76,12 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 			cfg.Counters, cfg.Refused, cfg.Chaos = supervise.NewCounters(), transport.NewRefusals(), chaos
 			var metricsBound string
 			if metricsAddr != "" {
-				bound, stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cfg.Counters, cfg.Refused, collectors.NewGoCollector())
+				cs := []prometheus.Collector{cfg.Counters, cfg.Refused, collectors.NewGoCollector()}
+				if len(cfg.Etcd) > 0 {
+					cfg.ClusterStats = cluster.NewStats()
+					cs = append(cs, cfg.ClusterStats)
+				}
+				bound, stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cs...)
 				if err != nil {
 					return &exitError{exitFailure, err}
 				}
