@@ -251,6 +251,9 @@ func (a *sandboxActor) openAudit() {
 func (a *sandboxActor) lifecycleConfig() lifecycle.Config {
 	c := a.env.Lifecycle
 	c.Restart = a.rec.Spec.Restart
+	if a.env.Cluster != nil {
+		c.Adoption = "takeover by node " + a.env.Cluster.Self()
+	}
 	return c
 }
 

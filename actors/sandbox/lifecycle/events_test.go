@@ -205,3 +205,18 @@ func TestStopForceEscalates(t *testing.T) {
 		t.Fatalf("restore of a forced stop: %+v %v", tr, err)
 	}
 }
+
+// TestAdoptionNamed: a restore says what made it adopt the sandbox (a
+// cluster node's takeover), and "gateway restart" by default.
+func TestAdoptionNamed(t *testing.T) {
+	for _, tc := range []struct{ adoption, want string }{
+		{"", "session lost at gateway restart"},
+		{"takeover by node n2", "session lost at takeover by node n2"},
+	} {
+		m, c := machineIn(t, PhaseReady)
+		_, tr, err := Restore(m.Snapshot(), Config{Adoption: tc.adoption}, true, WithClock(c))
+		if err != nil || len(tr.Records) == 0 || tr.Records[0].Message != tc.want {
+			t.Fatalf("restore with adoption %q: %+v %v; want first record %q", tc.adoption, tr.Records, err, tc.want)
+		}
+	}
+}

@@ -37,6 +37,10 @@ type Config struct {
 	// Tests and the chaos harness shrink it to walk ten attempts in
 	// seconds; the schedule's shape (doubling, cap, jitter) is unchanged.
 	BackoffScale float64
+	// Adoption names the event that made this machine adopt its
+	// sandbox, in the messages of a restore ("gateway restart" when
+	// empty; a cluster node says it took the sandbox over).
+	Adoption string
 }
 
 func (c Config) withDefaults() Config {
@@ -571,21 +575,21 @@ func (m *Machine) adopt(alive bool) error {
 		}
 	case PhaseReady:
 		if alive {
-			return m.fail(ReasonSessionLost, "session lost at gateway restart")
+			return m.fail(ReasonSessionLost, "session lost at "+m.adoption())
 		}
-		return m.fail(ReasonSupervisorLost, "supervisor gone at gateway restart")
+		return m.fail(ReasonSupervisorLost, "supervisor gone at "+m.adoption())
 	case PhaseRecovering:
 		switch {
 		case alive:
 			m.cause = orReason(m.cause, ReasonSessionLost)
-			if err := m.move(PhaseRecovering, m.cause, "gateway restarted; waiting for the supervisor to reconnect"); err != nil {
+			if err := m.move(PhaseRecovering, m.cause, "after "+m.adoption()+"; waiting for the supervisor to reconnect"); err != nil {
 				return err
 			}
 			m.arm(TimerGrace, m.cfg.Grace)
 		case m.attempts >= MaxRecoveryAttempts:
-			return m.exhaust(orReason(m.cause, ReasonSupervisorLost), "supervisor gone at gateway restart")
+			return m.exhaust(orReason(m.cause, ReasonSupervisorLost), "supervisor gone at "+m.adoption())
 		default:
-			return m.retryLater(orReason(m.cause, ReasonSupervisorLost), "supervisor gone at gateway restart")
+			return m.retryLater(orReason(m.cause, ReasonSupervisorLost), "supervisor gone at "+m.adoption())
 		}
 	case PhaseStopping:
 		m.out.Action = m.stopAction()
@@ -597,6 +601,14 @@ func (m *Machine) adopt(alive bool) error {
 		}
 	}
 	return nil
+}
+
+// adoption names what made this machine adopt its sandbox.
+func (m *Machine) adoption() string {
+	if m.cfg.Adoption != "" {
+		return m.cfg.Adoption
+	}
+	return "gateway restart"
 }
 
 // orReason returns r, or def when r is ReasonNone.
