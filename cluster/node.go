@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,9 @@ type Config struct {
 	// TTL is the node's lease TTL, whole seconds, at least 2 (etcd's
 	// minimum); DefaultTTL when 0.
 	TTL time.Duration
+	// TLS is the etcd client's TLS configuration (https endpoints; a
+	// client certificate when etcd asks for one); nil: plain http.
+	TLS *tls.Config
 	// DialTimeout bounds connecting to etcd (5 s when 0).
 	DialTimeout time.Duration
 	Log         zerolog.Logger
@@ -163,9 +167,9 @@ func Join(ctx context.Context, cfg Config, notify func(Event)) (*Node, error) {
 	if cfg.Faults == nil {
 		cfg.Faults = fault.Nop{}
 	}
-	recs, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix + "sandboxes/", DialTimeout: cfg.DialTimeout})
+	recs, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: cfg.Endpoints, Prefix: cfg.Prefix + "sandboxes/", DialTimeout: cfg.DialTimeout, TLS: cfg.TLS})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
+		return nil, fmt.Errorf("cluster: cannot use etcd at %s: %w (is it running and reachable? for an https endpoint give --etcd-cacert, and --etcd-cert/--etcd-key when it requires client certificates)", strings.Join(cfg.Endpoints, ","), err)
 	}
 	n := &Node{cfg: cfg, cli: recs.Client(), records: recs, log: cfg.Log, prefix: cfg.Prefix, ttl: cfg.TTL,
 		nodes: map[string]NodeInfo{}, owners: map[string]owner{}, recs: map[string]store.Record{},

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -286,5 +287,41 @@ func TestStoreFaultPoint(t *testing.T) {
 	}
 	if _, err := n.Store().Put(ctx5(t), rec("f")); err != nil {
 		t.Fatalf("the next write: %v", err)
+	}
+}
+
+// A node joins an etcd that serves TLS and requires client certificates
+// with its certificate; an attacker with a certificate of another CA, or
+// with none, is refused and writes nothing.
+func TestJoinOverTLS(t *testing.T) {
+	srv := etcdtest.StartTLS(t)
+	cfg := func(name string, tc *tls.Config) Config {
+		return Config{Endpoints: []string{srv.Endpoint}, Prefix: "/t/tls/", TTL: 2 * time.Second, TLS: tc, DialTimeout: 2 * time.Second,
+			Self: NodeInfo{Node: name, Host: "h1", API: "127.0.0.1:1"}, Log: zerolog.New(&testenv.Buffer{})}
+	}
+	n, err := Join(ctx5(t), cfg("good", srv.TLS.Client(t)), nil)
+	if err != nil {
+		t.Fatalf("join with the accepted client certificate: %v", err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	if _, err := n.Store().Put(ctx5(t), rec("x")); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]*tls.Config{
+		"other-ca":  srv.TLS.Other(t),
+		"no-cert":   {RootCAs: srv.TLS.Client(t).RootCAs, MinVersion: tls.VersionTLS12},
+		"plaintext": nil,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		bad, err := Join(ctx, cfg("evil-"+name, tc), nil)
+		cancel()
+		if err == nil {
+			_ = bad.Close()
+			t.Fatalf("%s: joined an etcd that requires client certificates", name)
+		}
+		t.Logf("%s: refused: %v", name, err)
+	}
+	if got := len(n.Nodes()); got != 1 {
+		t.Fatalf("nodes after the refused joins: %d, want 1 (%v)", got, n.Nodes())
 	}
 }

@@ -87,6 +87,8 @@ type Config struct {
 	// LeaseTTL is the node's lease TTL in a cluster (default
 	// cluster.DefaultTTL).
 	LeaseTTL time.Duration
+	// EtcdTLS is the TLS of the cluster's etcd connections (nil: plain).
+	EtcdTLS *tls.Config
 	// ClusterStats receives the cluster node's counters (default: fresh
 	// ones); the caller may export them as metrics.
 	ClusterStats *cluster.Stats
@@ -185,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 			faults = cfg.Faults
 		}
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		node, err = cluster.Join(jctx, cluster.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix, TTL: cfg.LeaseTTL, Log: cfg.Log, Stats: cfg.ClusterStats, Faults: faults,
+		node, err = cluster.Join(jctx, cluster.Config{Endpoints: cfg.Etcd, Prefix: cfg.EtcdPrefix, TTL: cfg.LeaseTTL, Log: cfg.Log, Stats: cfg.ClusterStats, Faults: faults, TLS: cfg.EtcdTLS,
 			Self: cluster.NodeInfo{Node: cfg.Node, Host: cfg.Host, API: addr, Relay: relayAddr}},
 			func(e cluster.Event) {
 				if f := toSandboxes.Load(); f != nil {

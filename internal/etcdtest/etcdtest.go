@@ -27,6 +27,8 @@ type Server struct {
 	dataDir  string
 	peer     string
 	out      *testenv.Buffer
+	// TLS is set by StartTLS: the files and a client configuration.
+	TLS *TLSFiles
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -62,7 +64,12 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start(t testing.TB, state string) {
 	t.Helper()
-	cmd := exec.Command(s.bin,
+	var tlsArgs []string
+	if s.TLS != nil {
+		tlsArgs = []string{"--cert-file", s.TLS.ServerCert, "--key-file", s.TLS.ServerKey,
+			"--trusted-ca-file", s.TLS.CA, "--client-cert-auth"}
+	}
+	cmd := exec.Command(s.bin, append(tlsArgs,
 		"--name", "test",
 		"--data-dir", s.dataDir,
 		"--listen-client-urls", s.Endpoint,
@@ -72,7 +79,7 @@ func (s *Server) start(t testing.TB, state string) {
 		"--initial-cluster", "test="+s.peer,
 		"--initial-cluster-state", state,
 		"--logger", "zap", "--log-level", "warn",
-	)
+	)...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start etcd: %v", err)
@@ -89,6 +96,9 @@ func (s *Server) waitHealthy(t testing.TB, done chan struct{}) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
+	if s.TLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: s.TLS.Client(t)}
+	}
 	for {
 		select {
 		case <-done:
