@@ -28,6 +28,7 @@ func newGatewayCmd() *cobra.Command {
 	var faultRules []string
 	var chaos bool
 	var metricsAddr, readyFile, etcd string
+	var etcdTLS etcdTLSFiles
 	run := &cobra.Command{
 		Use:   "run",
 		Short: "Run a gateway on the embedded default (bbolt state, process driver)",
@@ -63,6 +64,11 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 				if !cmd.Flags().Changed("node") {
 					return &exitError{exitUsage, errors.New("--etcd needs --node NAME: each node of a cluster has its own name")}
 				}
+				tc, err := etcdTLS.config(cfg.Etcd)
+				if err != nil {
+					return &exitError{exitUsage, err}
+				}
+				cfg.EtcdTLS = tc
 			}
 			if chaos || len(faultRules) > 0 {
 				cfg.Faults = fault.NewSet()
@@ -122,6 +128,9 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 	f.StringVar(&cfg.Node, "node", "local", "this node's name (unique in a cluster)")
 	f.StringVar(&cfg.Host, "host-id", "", "cluster: this machine's name (default: the hostname); nodes of one host share its sandboxes")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "cluster: the node's etcd lease TTL, whole seconds >= 2 (default 3s): a lost node's sandboxes move after about this long")
+	f.StringVar(&etcdTLS.ca, "etcd-cacert", "", "cluster: CA bundle that signs etcd's server certificate (https endpoints)")
+	f.StringVar(&etcdTLS.cert, "etcd-cert", "", "cluster: this node's client certificate for etcd (with --etcd-key; when etcd requires client certificates)")
+	f.StringVar(&etcdTLS.key, "etcd-key", "", "cluster: the key of --etcd-cert (mode 0600)")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "", "cluster: the prefix of every key (default /stockade/; several clusters on one etcd)")
 	f.StringVar(&readyFile, "ready-file", "", "once serving, write this file (JSON: api, relay, metrics, state_dir, pid); removed when the gateway stops")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
