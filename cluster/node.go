@@ -542,13 +542,27 @@ func (n *Node) reconcile(ctx context.Context) {
 		n.emit(Event{Kind: Own, Sandbox: name})
 	}
 	sort.Strings(claim)
+	// Claims run side by side: etcd commits concurrent transactions
+	// together (one fsync for many), so a lost node's hundred sandboxes
+	// are claimed in about the time of a few sequential ones.
+	sem := make(chan struct{}, claimParallel)
+	var wg sync.WaitGroup
 	for _, name := range claim {
 		if ctx.Err() != nil || !n.Valid() {
-			return
+			break
 		}
-		n.claim(ctx, name)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			n.claim(ctx, name)
+		}()
 	}
+	wg.Wait()
 }
+
+// claimParallel bounds the claim transactions in flight.
+const claimParallel = 32
 
 // claim makes this node the owner of an unowned sandbox: a transaction that
 // creates its owner key under this node's lease only if there is none and

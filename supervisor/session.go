@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -36,6 +37,9 @@ type (
 	}
 	hbRes struct {
 		ok bool
+		// gone: the gateway answered that the session actor does not
+		// exist (a dead letter): it was replaced or ended.
+		gone bool
 	}
 	exitAcked struct{}
 	// boundaryGaveUp: a boundary listener exhausted its restart budget.
@@ -140,6 +144,12 @@ func (s *session) Receive(ctx actor.Context) {
 		s.pending = false
 		if m.ok {
 			s.lastAck = time.Now()
+		}
+		if m.gone {
+			// No need to wait out lostAfter: the session is gone for sure.
+			s.log.Warn().Str("session", s.gw.GetId()).Msg("the gateway has no such session; saying Hello again")
+			s.gw = nil
+			s.sayHello(ctx)
 		}
 	case *exited:
 		s.exit = m.msg
@@ -313,7 +323,7 @@ func (s *session) onTick(ctx actor.Context) {
 	f := ctx.RequestFuture(s.gw, hb, lostAfter)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		_, ok := res.(*messages.HeartbeatAck)
-		ctx.Send(ctx.Self(), &hbRes{ok: err == nil && ok})
+		ctx.Send(ctx.Self(), &hbRes{ok: err == nil && ok, gone: errors.Is(err, actor.ErrDeadLetter)})
 	})
 }
 

@@ -378,3 +378,29 @@ func TestSessionHelloAckGateways(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionGoneSaysHelloAtOnce: a heartbeat answered by a dead letter
+// (the gateway has no such session actor: replaced by a crossed Hello, or
+// ended) makes the session say Hello again at once, not after lostAfter.
+func TestSessionGoneSaysHelloAtOnce(t *testing.T) {
+	c := newFakeCluster(t)
+	owner, sess := c.sessionActor(t, "gw-b:1", true)
+	node := c.node(t, "gw-b:1", func(int) *messages.HelloAck { return ok(owner) })
+	c.start(t, "gw-b:1")
+	testenv.Eventually(t, sessionWait, func() bool { return sess.beats.Load() >= 1 }, "heartbeats at the session actor")
+	c.mu.Lock()
+	local := c.routes["gw-b:1/"+owner.Id]
+	c.mu.Unlock()
+	if err := c.sys.Root.StopFuture(local).Wait(); err != nil { // the session actor is gone
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	testenv.Eventually(t, sessionWait, func() bool { return len(node.hellos()) >= 2 }, "a second Hello")
+	// The next heartbeat (within a period) finds it gone; waiting for
+	// lostAfter without acks would take at least two periods more.
+	if took := node.hellos()[1].Sub(gone); took >= heartbeatEvery*3/2 {
+		t.Fatalf("second Hello %s after the session went: want it at the next heartbeat (< %s), not after lostAfter", took, heartbeatEvery*3/2)
+	} else {
+		t.Logf("second Hello %s after the session actor went", took.Round(time.Millisecond))
+	}
+}

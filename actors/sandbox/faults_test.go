@@ -283,3 +283,22 @@ func TestConflictReloads(t *testing.T) {
 		t.Fatalf("the other writer's change was lost: workdir %q", got)
 	}
 }
+
+// TestCrossedHellosShareASession: two Hellos of one supervisor arriving
+// together (one forwarded by another node, one sent after a Reconnect) get
+// the same session, so the supervisor's heartbeats reach the live one
+// whichever answer it keeps; a Hello a heartbeat period later gets a new
+// session.
+func TestCrossedHellosShareASession(t *testing.T) {
+	w := newWorld(t)
+	w.ready("x")
+	first := w.hello("x").Session
+	second := w.hello("x").Session
+	if !first.Equal(second) {
+		t.Fatalf("crossed Hellos got sessions %s and %s", first.Id, second.Id)
+	}
+	w.clock.Advance(2 * time.Second)
+	if third := w.hello("x").Session; third.Equal(first) {
+		t.Fatalf("a Hello 2 s later kept session %s", third.Id)
+	}
+}

@@ -86,17 +86,35 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 	a.watch(ctx, p, inst)
 }
 
-// watch reports the end of a supervisor to the actor.
+// watch reports the end of a supervisor to the actor. It gives up when
+// this actor instance stops or restarts (unwatch): a supervisor outlives
+// its actor (a gateway restart, a node that lost the sandbox), and a
+// restarted or re-owned actor watches it anew.
 func (a *sandboxActor) watch(ctx actor.Context, p driver.Proc, inst string) {
-	self, sys := ctx.Self(), ctx.ActorSystem()
+	if a.unwatch == nil {
+		a.unwatch = make(chan struct{})
+	}
+	self, sys, quit := ctx.Self(), ctx.ActorSystem(), a.unwatch
 	go func() {
-		<-p.Done()
+		select {
+		case <-p.Done():
+		case <-quit:
+			return
+		}
 		detail, permanent := "supervisor exited", false
 		if err := p.Err(); err != nil {
 			detail, permanent = err.Error(), errors.Is(err, driver.ErrCannotStart)
 		}
 		sys.Root.Send(self, &supervisorExited{instance: inst, proc: p, detail: detail, cannotStart: permanent})
 	}()
+}
+
+// stopWatching ends this instance's watches (it stops or restarts).
+func (a *sandboxActor) stopWatching() {
+	if a.unwatch != nil {
+		close(a.unwatch)
+		a.unwatch = nil
+	}
 }
 
 // supervisorExited turns the end of the current supervisor into a machine

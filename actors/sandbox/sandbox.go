@@ -47,6 +47,7 @@ type sandboxActor struct {
 	// one is stale.
 	actionSeq   uint64
 	session     *actor.PID // the session child of the current instance
+	sessionAt   time.Time  // when it was made
 	hbRestarts  map[string]int64
 	resources   *messages.Resources // as the supervisor last reported
 	sessions    int                 // session children spawned (names session/N)
@@ -57,6 +58,7 @@ type sandboxActor struct {
 	// and relay actors (kept across their replacements).
 	children    *supervise.Counters
 	stopTimer   func() bool
+	unwatch     chan struct{} // closed when this instance stops watching its supervisors
 	gone        bool          // deleted: answering NotFound until forgotten
 	recordRetry time.Duration // backoff of a failed record delete
 	audit       *audit.File
@@ -150,6 +152,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		// The session child is stopped with this instance: no loss to record.
 		a.session = nil
 		a.cancelTimer()
+		a.stopWatching()
 	case *actor.Stopping:
 		// The gateway (or a delete) stops this actor: its session child is
 		// stopped with it, and its Terminated, delivered after this, is no
@@ -157,6 +160,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		// at every gateway shutdown, with its audit file already closed).
 		a.session = nil
 		a.cancelTimer()
+		a.stopWatching()
 		if a.audit != nil {
 			_ = a.audit.Close()
 		}
@@ -460,6 +464,7 @@ func (a *sandboxActor) afterDelete(ctx actor.Context) {
 	case *messages.SandboxRequest, *messages.PolicyRequest, *messages.RelayRequest, *messages.FaultRequest:
 		ctx.Respond(errdefs.Reply(gone))
 	case *actor.Stopping:
+		a.stopWatching()
 		if a.audit != nil {
 			_ = a.audit.Close()
 		}
@@ -503,6 +508,14 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 			Message: fmt.Sprintf("instance %s of sandbox %s is not current (current: %s, being replaced: %t); exit", h.Instance, a.name, a.rec.InstanceID, a.spawnAfter != nil)})
 		return
 	}
+	if a.session != nil && a.supRemote.Equal(h.Supervisor) && a.env.Clock.Now().Sub(a.sessionAt) < contract.HeartbeatEvery {
+		// Two Hellos of one supervisor crossed (one forwarded by another
+		// node, one sent here after a Reconnect): both get the session
+		// the first made, so whichever answer the supervisor keeps, its
+		// heartbeats reach the live session.
+		ctx.Respond(a.helloAck(a.session))
+		return
+	}
 	a.dropSession(ctx)
 	a.supRemote, a.hostKey = h.Supervisor, h.HostKey
 	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log), supervise.WithCounters(a.children))
@@ -516,7 +529,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 		return
 	}
 	ctx.Watch(pid)
-	a.session, a.sessionSeen = pid, true
+	a.session, a.sessionSeen, a.sessionAt = pid, true, a.env.Clock.Now()
 	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
 	a.rec.SupervisorAddr = h.Supervisor.GetAddress()
 	if a.sup == nil {
@@ -528,11 +541,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 			a.watch(ctx, p, h.Instance)
 		}
 	}
-	ack := &messages.HelloAck{Status: messages.Status_STATUS_OK, Session: pid, HeartbeatMs: contract.HeartbeatEvery.Milliseconds()}
-	if a.env.Cluster != nil {
-		ack.Gateways = a.env.Cluster.Gateways() // the supervisor may reach any of them
-	}
-	ctx.Respond(ack)
+	ctx.Respond(a.helloAck(pid))
 	if h.PolicyVersion != a.rec.Spec.PolicyVersion {
 		// A policy set it missed (it was starting, or cut off): push it now.
 		a.env.Log.Info().Str("sandbox", a.name).Uint64("supervisor_has", h.PolicyVersion).
@@ -540,6 +549,15 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 		ctx.Send(a.supRemote, a.setPolicy())
 	}
 	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}) })
+}
+
+// helloAck accepts a Hello with session.
+func (a *sandboxActor) helloAck(session *actor.PID) *messages.HelloAck {
+	ack := &messages.HelloAck{Status: messages.Status_STATUS_OK, Session: session, HeartbeatMs: contract.HeartbeatEvery.Milliseconds()}
+	if a.env.Cluster != nil {
+		ack.Gateways = a.env.Cluster.Gateways() // the supervisor may reach any of them
+	}
+	return ack
 }
 
 // openRelay arranges an SSH relay between the requesting client and the
