@@ -2,8 +2,8 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
