@@ -29,6 +29,8 @@ type clusterWorld struct {
 	*world
 	etcd  *etcdtest.Server
 	nodes []*clusterNode
+	// extra are more `gateway run` flags for every node.
+	extra []string
 }
 
 type clusterNode struct {
@@ -40,10 +42,10 @@ type clusterNode struct {
 	proc        *testworld.Process
 }
 
-func newClusterWorld(t *testing.T, n int) *clusterWorld {
+func newClusterWorld(t *testing.T, n int, extra ...string) *clusterWorld {
 	t.Helper()
 	w := prepareWorld(t, 0)
-	c := &clusterWorld{world: w, etcd: etcdtest.Start(t)}
+	c := &clusterWorld{world: w, etcd: etcdtest.Start(t), extra: extra}
 	if out, err := exec.Command(bin, "cluster", "init", filepath.Join(w.state, "pki")).CombinedOutput(); err != nil {
 		t.Fatalf("cluster init: %v\n%s", err, out)
 	}
@@ -86,6 +88,7 @@ func (c *clusterWorld) start(nd *clusterNode) {
 	if nd.host != "" {
 		args = append(args, "--host-id", nd.host)
 	}
+	args = append(args, c.extra...)
 	p := testworld.Start(c.t, testworld.Spec{Bin: bin, Args: args, Name: "gateway-" + nd.name, Timeout: 30 * time.Second, RetryInUse: 10 * time.Second})
 	nd.proc, nd.addr = p, p.Addrs.API
 }
@@ -550,4 +553,77 @@ func metricsOf(t *testing.T, addr string) map[string]int64 {
 		t.Fatalf("no stockade_cluster_ metrics at %s", addr)
 	}
 	return out
+}
+
+// TestClusterOwnerDiesMidRequest: a request through one node for a
+// sandbox another node owns is relayed; when the owner dies before it
+// answers, a verb fails at once (exit 5, saying the owner went away and to
+// check with get) instead of waiting out the client's 30 s, and a get is
+// retried until the sandbox's new owner (or its record) answers.
+func TestClusterOwnerDiesMidRequest(t *testing.T) {
+	c := newClusterWorld(t, 3, "--chaos")
+	sbs := c.createMany("m", 6)
+	run := func(owner *clusterNode, verb []string, via []*clusterNode) (string, int, time.Duration) {
+		// The owner's API holds its next request 5 s: it dies meanwhile.
+		if out, errOut, code := c.via(owner, "fault", "--gateway", "api.request=delay/5s:1"); code != 0 {
+			t.Fatalf("arm the owner's API: exit %d %s%s", code, out, errOut)
+		}
+		addrs := []string{}
+		for _, nd := range via {
+			addrs = append(addrs, nd.addr)
+		}
+		cmd := exec.Command(bin, append([]string{"sandbox", "--state-dir", c.state}, verb...)...)
+		cmd.Env = append(os.Environ(), "STOCKADE_GATEWAY="+strings.Join(addrs, ","))
+		type res struct {
+			out  string
+			code int
+		}
+		done := make(chan res, 1)
+		start := time.Now()
+		go func() { out, errOut, code := runCmd(t, cmd); done <- res{out + errOut, code} }()
+		time.Sleep(1 * time.Second)
+		killed := time.Now()
+		if err := owner.proc.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		owner.proc = nil
+		r := <-done
+		_ = start
+		return r.out, r.code, time.Since(killed)
+	}
+	pick := func() (*clusterNode, string, []*clusterNode) {
+		for _, s := range sbs {
+			if owner := c.node(s.Node); owner != nil && owner.proc != nil {
+				var others []*clusterNode
+				for _, nd := range c.alive() {
+					if nd != owner {
+						others = append(others, nd)
+					}
+				}
+				return owner, s.Name, others
+			}
+		}
+		t.Fatal("no sandbox with a live owner")
+		return nil, "", nil
+	}
+
+	owner, name, others := pick()
+	out, code, took := run(owner, []string{"stop", name, "--no-wait"}, others[:1])
+	t.Logf("stop %s through %s while its owner %s died: exit %d after %s: %s", name, others[0].name, owner.name, code, took.Round(10*time.Millisecond), strings.TrimSpace(out))
+	if code != 5 || !strings.Contains(out, "went away") || took > 3*time.Second {
+		t.Errorf("stop across the owner's death: exit %d after %s (%q); want 5 at once, saying the owner went away", code, took, out)
+	}
+	c.start(owner)
+	sbs = c.waitAll("m", 6, 30*time.Second, nil)
+
+	owner, name, others = pick()
+	out, code, took = run(owner, []string{"get", name, "-o", "json"}, others)
+	t.Logf("get %s through %s while its owner %s died: exit %d after %s", name, others[0].name, owner.name, code, took.Round(10*time.Millisecond))
+	if code != 0 || !strings.Contains(out, `"name": "`+name+`"`) {
+		t.Errorf("get across the owner's death: exit %d (%q); want the sandbox, from another node", code, out)
+	}
+	if took > 12*time.Second {
+		t.Errorf("get across the owner's death took %s", took)
+	}
+	c.start(owner)
 }

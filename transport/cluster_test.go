@@ -105,6 +105,22 @@ func TestForwardedByGateway(t *testing.T) {
 			}
 		})
 	}
+	t.Run("relayed_by_the_node", func(t *testing.T) {
+		for _, r := range g.actors {
+			r.reset()
+		}
+		// The forwarding node asks for the answer itself (a future on its
+		// own host, 127.0.0.1) to relay it: accepted, still as alice's.
+		reply := actor.NewPID("127.0.0.1:9", "future$8")
+		if err := node.Send(withHeader(transporttest.Batch(g.pid(transport.APIActor), &messages.ListRequest{}, reply), forwardedBy(alice, callerAddr)), acceptWait); err != nil {
+			t.Fatalf("relayed request refused: %v", err)
+		}
+		eventually(t, func() bool { return len(g.recorded(transport.APIActor)) == 1 }, "api never received the relayed request")
+		r := g.recorded(transport.APIActor)[0]
+		if r.peer != alice || !r.fwd || r.sender == nil || r.sender.Address != reply.Address {
+			t.Fatalf("Peer %v, Forwarded %v, sender %v; want alice, forwarded, reply to %s", r.peer, r.fwd, r.sender, reply)
+		}
+	})
 	t.Run("node_itself", func(t *testing.T) {
 		for _, r := range g.actors {
 			r.reset()
@@ -162,7 +178,7 @@ func TestForwardRefused(t *testing.T) {
 		{"session", withHeader(transporttest.Batch(g.pid(sessionA), &messages.Heartbeat{Sandbox: "a"}, nil),
 			forwardedBy(supA, callerAddr)), transport.ReasonTarget},
 		{"logs_stream", withHeader(transporttest.Batch(g.pid(logsA), &messages.LogsAck{}, nil), fromAlice), transport.ReasonTarget},
-		{"future", transporttest.Batch(g.pid("future$1"), &messages.Reply{}, nil), transport.ReasonTarget},
+		{"future_request", transporttest.Batch(g.pid("future$1"), &messages.ListRequest{}, nil), transport.ReasonMessageType},
 		{"hello_to_api", withHeader(transporttest.Batch(api, &messages.Hello{Sandbox: "a"}, nil), forwardedBy(supA, callerAddr)), transport.ReasonMessageType},
 		{"stop", withHeader(transporttest.Stop(api), fromAlice), transport.ReasonSystemMessage},
 		{"caller_gateway", withHeader(transporttest.Batch(api, list, nil), forwardedBy(trust.Identity{Role: trust.RoleGateway, Name: "x"}, callerAddr)), transport.ReasonMalformed},
@@ -178,9 +194,10 @@ func TestForwardRefused(t *testing.T) {
 		// client requests, a client does not say Hello.
 		{"supervisor_request", withHeader(transporttest.Batch(api, list, nil), forwardedBy(supA, callerAddr)), transport.ReasonTarget},
 		{"client_hello", withHeader(transporttest.Batch(hello, &messages.Hello{Sandbox: "a"}, nil), fromAlice), transport.ReasonTarget},
-		// Reply addresses: the forwarded caller's host, never this
+		// Reply addresses: the forwarded caller's host or the forwarding
+		// node's (it relays the answer), never another host, never this
 		// endpoint's own address; the node's own on its own host.
-		{"sender_not_callers_host", withHeader(transporttest.Batch(api, list, actor.NewPID("127.0.0.1:1", "future$1")), fromAlice), transport.ReasonSender},
+		{"sender_neither_callers_nor_nodes_host", withHeader(transporttest.Batch(api, list, actor.NewPID("127.0.0.3:1", "future$1")), fromAlice), transport.ReasonSender},
 		{"sender_own_address", withHeader(transporttest.Batch(api, list, g.pid(transport.SandboxesActor)),
 			forwardedBy(alice, "127.0.0.1:1")), transport.ReasonSender},
 		{"sender_local", withHeader(transporttest.Batch(api, list, actor.NewPID("nonhost", transport.SandboxesActor)), fromAlice), transport.ReasonSender},

@@ -18,14 +18,20 @@ import (
 // A node must not forward a message that was forwarded to it (Forwarded):
 // the owner it names is this node's view of the cluster, and forwarding
 // again could loop.
-func Forward(ctx actor.Context, to *actor.PID) {
+func Forward(ctx actor.Context, to *actor.PID) { ForwardFor(ctx, to, ctx.Sender()) }
+
+// ForwardFor is Forward with another reply address: this node's own (a
+// future), when it relays the owner's answer to the caller itself. The
+// owner's endpoint accepts a reply address on the caller's host or on the
+// forwarding node's.
+func ForwardFor(ctx actor.Context, to, replyTo *actor.PID) {
 	var header map[string]string
 	if h := ctx.MessageHeader(); h != nil {
 		header = h.ToMap()
 	}
 	// protoactor's remote process unwraps the envelope (actor.UnwrapEnvelope)
 	// and its endpoint writer sends Header and Sender with the message.
-	ctx.Send(to, &actor.MessageEnvelope{Header: header, Message: ctx.Message(), Sender: ctx.Sender()})
+	ctx.Send(to, &actor.MessageEnvelope{Header: header, Message: ctx.Message(), Sender: replyTo})
 }
 
 // Forwarded reports whether the current message came through another

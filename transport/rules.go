@@ -173,11 +173,15 @@ func GatewayRules() Rules {
 // sandbox: the endpoint keeps the original caller's identity the
 // forwarding node stamped, which must be one the rules admit for that
 // actor and type (a client's request, a supervisor's Hello), and marks
-// the message ViaHeader; the owner answers the caller directly.
+// the message ViaHeader; the owner answers the caller directly, or the
+// forwarding node's future when that node relays the answer (Reply to
+// futures).
 func ClusterRules() Rules {
 	return append(GatewayRules(),
 		Route{Role: trust.RoleGateway, Target: Exact(APIActor), Types: clientRequests()},
 		Route{Role: trust.RoleGateway, Target: Exact(HelloActor), Types: names(&messages.Hello{})},
+		// The owner's answer to a request this node relayed for a client.
+		Route{Role: trust.RoleGateway, Target: Futures(), Types: append(names(&messages.Reply{}), deadLetterResponse)},
 	)
 }
 

@@ -138,7 +138,8 @@ func TestRulesCheck(t *testing.T) {
 		{"cluster", ClusterRules(), gateway, SandboxesActor, typ(&messages.ListRequest{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, sessA, typ(&messages.Heartbeat{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, SandboxActorID("a"), typ(&messages.ListRequest{}), ReasonTarget},
-		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.Reply{}), ""}, // the owner's answer to a relayed request
+		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.CreateRequest{}), ReasonMessageType},
 		{"cluster", ClusterRules(), gateway, "api/x", typ(&messages.ListRequest{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
 		// cluster: clients and supervisors as in GatewayRules

@@ -235,10 +235,14 @@ func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName 
 		// cannot make this process dial somewhere else; and not this
 		// endpoint's own address, which protoactor resolves to a local
 		// actor: the reply would reach any local actor, past the rules and
-		// without a peer header (trusted as local by Caller).
+		// without a peer header (trusted as local by Caller). A forwarding
+		// node may also ask for the answer itself, on its own host (it
+		// relays it to the caller, and fails the request at once if this
+		// node dies).
 		if e.Sender > 0 {
 			a := b.Senders[e.Sender-1].Address
-			if h, _, err := net.SplitHostPort(a); err != nil || h != callerHost || a == self {
+			relayed := s.peer.Role == trust.RoleGateway && callerHost != peerHost
+			if h, _, err := net.SplitHostPort(a); err != nil || (h != callerHost && !(relayed && h == peerHost)) || a == self {
 				return ReasonSender, target, typeName, fmt.Errorf("reply address %q is not the caller's (host %s)", a, callerHost)
 			}
 		}

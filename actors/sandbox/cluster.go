@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
@@ -87,11 +90,18 @@ func (a *sandboxesActor) routeCluster(ctx actor.Context, name string) {
 	_, hello := ctx.Message().(*messages.Hello)
 	if loc.OwnerAPI != "" && loc.OwnerNode != c.Self() {
 		if _, via := transport.Forwarded(ctx); !via {
-			target := transport.APIActor
-			if hello {
-				target = transport.HelloActor
+			switch ctx.Message().(type) {
+			case *messages.Hello, *messages.LogsRequest, *messages.LogsAck:
+				// The owner answers directly: a supervisor's session, or a
+				// stream's batches to the client's stream actor.
+				target := transport.APIActor
+				if hello {
+					target = transport.HelloActor
+				}
+				transport.Forward(ctx, actor.NewPID(loc.OwnerAPI, target))
+			default:
+				relayToOwner(ctx, actor.NewPID(loc.OwnerAPI, transport.APIActor), loc.OwnerNode, name)
 			}
-			transport.Forward(ctx, actor.NewPID(loc.OwnerAPI, target))
 			return
 		}
 	}
@@ -162,8 +172,52 @@ func (a *sandboxesActor) createCluster(ctx actor.Context, m *messages.CreateRequ
 	if node == c.Self() || api == "" {
 		return false
 	}
-	transport.Forward(ctx, actor.NewPID(api, transport.APIActor))
+	relayToOwner(ctx, actor.NewPID(api, transport.APIActor), node, m.Name)
 	return true
+}
+
+// relayTimeout bounds waiting for an owner node's answer (a client waits
+// as long).
+const relayTimeout = 30 * time.Second
+
+// relayToOwner forwards the current request (on its caller's behalf) to
+// the API of the node that owns the sandbox, and relays that node's answer
+// to the caller. When the owner's endpoint ends before it answers (it
+// died mid-request), the caller is answered Unavailable at once, instead
+// of waiting for a reply that will never come.
+func relayToOwner(ctx actor.Context, api *actor.PID, owner, name string) {
+	sys, caller := ctx.ActorSystem(), ctx.Sender()
+	f := actor.NewFuture(sys, relayTimeout)
+	lost := make(chan struct{})
+	var once sync.Once
+	sub := sys.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == api.Address {
+			once.Do(func() { close(lost) })
+		}
+	})
+	transport.ForwardFor(ctx, api, f.PID())
+	go func() {
+		defer sys.EventStream.Unsubscribe(sub)
+		type result struct {
+			res any
+			err error
+		}
+		done := make(chan result, 1)
+		go func() { res, err := f.Result(); done <- result{res, err} }()
+		var reply any
+		select {
+		case r := <-done:
+			reply = r.res
+			if r.err != nil {
+				reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s did not answer (%v); the request may or may not have been carried out: check with get, then retry", name, owner, r.err))
+			}
+		case <-lost:
+			reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s went away before it answered; the request may or may not have been carried out: check with get, then retry (another node takes the sandbox over within seconds)", name, owner))
+		}
+		if caller != nil {
+			sys.Root.Send(caller, reply)
+		}
+	}()
 }
 
 // listCluster is every sandbox of the cluster: this node's own from its

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -153,24 +154,38 @@ func (co *clientOpts) call(cmd *cobra.Command, msg proto.Message) (*messages.Rep
 	return request(c, msg)
 }
 
+// readRetryFor bounds a read's retries while gateways answer Unavailable.
+const readRetryFor = 10 * time.Second
+
 // read is call for an idempotent read (get, list, policy get): when the
-// gateway it reached fails before answering (it died mid-request), the
-// next address of the configuration is asked. A gateway's answer, an
-// error one included, is final.
+// gateway it reached fails before answering (it died mid-request), or
+// answers Unavailable (in a cluster: the sandbox's owner node died
+// mid-request), the next address of the configuration is asked. Any other
+// answer, an error one included, is final.
 func (co *clientOpts) read(cmd *cobra.Command, msg proto.Message) (*messages.Reply, error) {
 	_, addrs, _ := co.configuration()
 	var err error
-	for i := range addrs {
+	var reply *messages.Reply
+	// Every address once; while the answers are Unavailable, round again
+	// until readRetryFor has passed (a lost owner is replaced within a
+	// lease TTL or two).
+	deadline := time.Now().Add(readRetryFor)
+	for n := 0; n < len(addrs) || (reply != nil && time.Now().Before(deadline)); n++ {
+		i := n % len(addrs)
+		if n > 0 && reply != nil {
+			time.Sleep(300 * time.Millisecond) // an owner is being replaced
+		}
 		next := *co
-		next.gateway = strings.Join(addrs[i:], ",")
-		var reply *messages.Reply
+		next.gateway = strings.Join(append(slices.Clone(addrs[i:]), addrs[:i]...), ",")
 		reply, err = next.call(cmd, msg)
 		var ee *exitError
-		if reply != nil || !errors.As(err, &ee) || ee.code != exitUnreachable {
+		retry := errors.As(err, &ee) && ee.code == exitUnreachable &&
+			(reply == nil || reply.Status == messages.Status_STATUS_UNAVAILABLE)
+		if !retry {
 			return reply, err
 		}
 	}
-	return nil, err
+	return reply, err
 }
 
 func newCreateCmd(co *clientOpts) *cobra.Command {
