@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
@@ -122,12 +123,34 @@ func (a *sandboxesActor) routeCluster(ctx actor.Context, name string) {
 		return
 	}
 	if req, ok := ctx.Message().(*messages.SandboxRequest); ok && req.Verb == messages.Verb_VERB_GET {
-		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: locationStatus(loc)})
+		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.viewStatus(loc)})
 		return
 	}
 	r := errdefs.Reply(errdefs.Unavailable("%s", why))
-	r.Sandbox = locationStatus(loc)
+	r.Sandbox = a.viewStatus(loc)
 	ctx.Respond(r)
+}
+
+// viewStatus is locationStatus as this node may tell it: a view that still
+// names this node as the owner while the node does not own the sandbox
+// (it woke from a pause, its watch not caught up) names no owner.
+func (a *sandboxesActor) viewStatus(loc Location) *messages.SandboxStatus {
+	st := locationStatus(loc)
+	if c := a.env.Cluster; st.Node == c.Self() && !c.Owns(loc.Record.Spec.Name) {
+		st.Node = ""
+	}
+	return st
+}
+
+// lostTo reports whether another node owns a sandbox this node has an
+// actor for (it does not own it now, and the view names another owner).
+func (a *sandboxesActor) lostTo(name string) bool {
+	c := a.env.Cluster
+	if c.Owns(name) {
+		return false
+	}
+	loc := c.Locate(name)
+	return loc.OwnerNode != "" && loc.OwnerNode != c.Self()
 }
 
 // movingMessage says why a sandbox that exists has no owner to answer.
@@ -228,14 +251,20 @@ func (a *sandboxesActor) listCluster() []*messages.SandboxStatus {
 	for _, loc := range a.env.Cluster.List() {
 		name := loc.Record.Spec.Name
 		seen[name] = true
-		if st, ok := a.status[name]; ok {
+		// This node's actor knows best, while the node owns the sandbox;
+		// a node that lost it (paused, cut off) must not say it drives it.
+		if st, ok := a.status[name]; ok && a.env.Cluster.Owns(name) {
 			out = append(out, st)
 			continue
 		}
-		out = append(out, locationStatus(loc))
+		out = append(out, a.viewStatus(loc))
 	}
 	for name, st := range a.status { // created here, not in the view yet
 		if !seen[name] {
+			if !a.env.Cluster.Owns(name) && st.Node != "" {
+				st = proto.Clone(st).(*messages.SandboxStatus)
+				st.Node = ""
+			}
 			out = append(out, st)
 		}
 	}

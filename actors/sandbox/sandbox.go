@@ -594,8 +594,8 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	rec.Lifecycle = a.m.Snapshot()
 	st := recordStatus(rec)
 	st.Workspace, st.Restarts = a.env.Driver.Workspace(a.name), map[string]int64{}
-	if a.env.Cluster != nil {
-		st.Node = a.env.Cluster.Self()
+	if c := a.env.Cluster; c != nil && c.Owns(a.name) {
+		st.Node = c.Self() // only while the node's lease says so
 	}
 	if d, ok := a.sup.(interface{ Drift() string }); ok && d.Drift() != "" {
 		// The process driver: an adopted supervisor runs with boundary

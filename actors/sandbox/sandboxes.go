@@ -166,6 +166,13 @@ func (a *sandboxesActor) forget(name string, pid *actor.PID) {
 
 func (a *sandboxesActor) route(ctx actor.Context, name string) {
 	pid, ok := a.kids[name]
+	if ok && a.env.Cluster != nil && a.lostTo(name) {
+		// This node drove it and lost it (its lease lapsed while it was
+		// paused or cut off) before the Disown or Fenced notice arrived:
+		// answer as the cluster is, not as this actor last knew it.
+		a.disown(ctx, name)
+		ok = false
+	}
 	if !ok && a.env.Cluster != nil {
 		a.routeCluster(ctx, name)
 		return
