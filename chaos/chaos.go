@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +31,12 @@ type Options struct {
 	Dir string
 	// Progress gets one line per step (nil: none).
 	Progress io.Writer
+	// Cluster runs 3 gateway nodes on a real etcd (started by the run,
+	// /usr/bin/etcd) instead of one gateway on bbolt; scenarios with
+	// cluster kinds need it.
+	Cluster bool
+	// LeaseTTL is the nodes' --lease-ttl (default 2 s).
+	LeaseTTL time.Duration
 }
 
 // gatewayFlags are the gateway knobs of chaos runs: quick backoff, a short
@@ -52,6 +57,12 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	}
 	if o.Sandboxes <= 0 {
 		o.Sandboxes = 4
+	}
+	if sc.Cluster && !o.Cluster {
+		return nil, fmt.Errorf("chaos: scenario %s needs a cluster run (--cluster)", sc.Name)
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 2 * time.Second
 	}
 	if o.Sandboxes < 2 && sc.Loud > 0 {
 		return nil, fmt.Errorf("chaos: scenario %s needs at least 2 sandboxes", sc.Name)
@@ -85,16 +96,24 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	defer func() {
 		if err != nil { // a run cut short leaves nothing running
 			w.stopGateway()
-			killRun(w.state)
+			killRun(w.dir)
 		}
 	}()
+	if o.Cluster {
+		if w.cl, err = newEtcdWorld(ctx, o.Dir, clusterNodes, o.LeaseTTL); err != nil {
+			return nil, err
+		}
+		if err = w.startCluster(ctx, clusterNodes); err != nil {
+			return nil, err
+		}
+	}
 	if err = w.startGateway(ctx); err != nil {
 		return nil, err
 	}
 	steps := Plan(sc, o.Seed, o.Sandboxes, 100000)
 	r := &runner{w: w, l: newLedger(), port: w.webPort, quiet: map[string]bool{}, stable: 2 * time.Second,
 		recoverBy: 60 * time.Second, stats: map[Kind]*kindStats{}, excuses: map[string][]window{}, broken: map[string][]string{},
-		made: map[string]bool{}, checks: map[string]int{}, policyRev: map[string]int{}}
+		made: map[string]bool{}, checks: map[string]int{}, policyRev: map[string]int{}, moved: map[Kind]int{}}
 	for i := 0; i < o.Sandboxes; i++ {
 		name := fmt.Sprintf("chaos-%d", i)
 		r.names = append(r.names, name)
@@ -106,6 +125,14 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		}
 	}
 	rep := &Report{Scenario: sc.Name, About: sc.About, Seed: o.Seed, Sandboxes: o.Sandboxes, Dir: o.Dir}
+	if o.Cluster {
+		rep.Cluster = &ClusterInfo{Nodes: clusterNodes, LeaseTTL: o.LeaseTTL.String()}
+		// Creates spread over the nodes; every one is driven before the
+		// faults start.
+		if d, why := r.waitConverged(ctx, time.Now(), time.Now().Add(60*time.Second), -1, true); d < 0 {
+			return nil, fmt.Errorf("chaos: the cluster's sandboxes are not Ready under one node each: %s", why)
+		}
+	}
 	baseG, gerr := idleGoroutines(ctx, w, 0)
 	if gerr != nil {
 		return nil, gerr
@@ -141,8 +168,8 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		}
 		used = append(used, s)
 		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "step %d %s target %d n %d: %d faults injected so far, %s\n", s.Seq, s.Kind, s.Target, s.N,
-				r.injectedTotal(), time.Since(start).Round(time.Second))
+			fmt.Fprintf(o.Progress, "%s step %d %s target %d n %d%s: %d faults injected so far, %s\n", time.Now().Format("15:04:05.000"),
+				s.Seq, s.Kind, s.Target, s.N, r.takeNote(), r.injectedTotal(), time.Since(start).Round(time.Second))
 		}
 	}
 	rep.Steps, rep.Fingerprint, rep.Injecting = len(used), Fingerprint(used), time.Since(start).Round(time.Millisecond).String()
@@ -155,6 +182,9 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	wg.Wait()
 
 	r.checkWorkspaces()
+	if o.Cluster {
+		r.checkSupervisorLogs()
+	}
 	r.checkAudit()
 	r.checkQuiet(ctx)
 	r.checkPolicies(ctx)
@@ -163,6 +193,15 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	// retires after its reconnect attempts); a leak grows with the
 	// faults and stays.
 	limit := baseG + baseG/5 + 10
+	if o.Cluster {
+		// And a cluster's mesh: a node keeps a remote endpoint (an
+		// outgoing and an incoming gRPC connection, about 12 goroutines)
+		// to every live supervisor it ever drove and every other node it
+		// forwarded to; at the start each node knows only its own. That
+		// is bounded by nodes x (sandboxes + nodes - 1); a leak grows with
+		// the faults (the long run has hundreds).
+		limit += 12 * clusterNodes * (o.Sandboxes + clusterNodes - 1)
+	}
 	if g, err := idleGoroutines(ctx, w, limit); err != nil {
 		r.violate("no-goroutine-leak", "gateway goroutines unreadable: %v", err)
 	} else {
@@ -180,6 +219,9 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 	} else if r.recoverBy = 30 * time.Second; r.waitAllReady(ctx, time.Now(), "restart-converges") < 0 {
 		r.violate("restart-converges", "not every sandbox Ready 30 s after a clean gateway restart")
 	}
+	if r.anyBroken() {
+		r.keepLogs() // the delete below removes them
+	}
 	r.shutdown(ctx)
 	r.fill(rep)
 	if tmp && rep.OK() {
@@ -190,10 +232,11 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 }
 
 // killRun SIGKILLs every process of a run (its command line names the
-// state dir): supervisors die, and with them their sandboxes.
-func killRun(state string) {
+// run's dir: gateways, supervisors, etcd): supervisors die, and with them
+// their sandboxes.
+func killRun(dir string) {
 	for pid, p := range procs() {
-		if strings.Contains(p.cmd, state) {
+		if ofRun(pid, p.cmd, dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -235,6 +278,14 @@ func (r *runner) monitor(ctx context.Context) {
 			r.mu.Unlock()
 		}
 		t := time.Now()
+		if r.w.cl != nil {
+			r.clusterPoll(ctx, t)
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+			continue
+		}
 		l, err := r.w.list(ctx)
 		if err == nil {
 			seen := map[string]string{}
@@ -288,10 +339,13 @@ func (r *runner) shutdown(ctx context.Context) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	r.w.stopGateway()
+	if r.w.cl != nil {
+		r.w.cl.etcd.stop()
+	}
 	var left []string
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
-		left = leftovers(r.w.state, r.made)
+		left = leftovers(r.w.dir, r.made)
 		r.mu.Unlock()
 		if len(left) == 0 {
 			break

@@ -110,8 +110,13 @@ func auditDenials(dir string) (map[string]int, error) {
 
 // checkQuiet: sandboxes that only took connection-level faults kept their
 // session, relay and boundary actors (no restart, no stop of a session or
-// relay) and never left Ready.
+// relay) and never left Ready. (A cluster run checks the counters across
+// each connection-level step instead: node faults hit every sandbox, and a
+// fenced node's actors restart and stop by design.)
 func (r *runner) checkQuiet(ctx context.Context) {
+	if r.w.cl != nil {
+		return
+	}
 	n := 0
 	for _, name := range r.names {
 		if !r.quiet[name] {
@@ -214,15 +219,21 @@ func sandboxNamespaces(state string, seen map[string]bool) {
 	}
 }
 
+// ofRun: a process of the run in dir (its command line names a path in
+// it), other than the harness itself (whose --dir may name it).
+func ofRun(pid int, cmd, dir string) bool {
+	return pid != os.Getpid() && strings.Contains(cmd, strings.TrimSuffix(dir, "/")+"/")
+}
+
 // leftovers lists processes of this run (their command line names the
-// state dir) and processes still in a namespace the run made.
-func leftovers(state string, made map[string]bool) []string {
+// run's dir) and processes still in a namespace the run made.
+func leftovers(dir string, made map[string]bool) []string {
 	var out []string
 	for pid, p := range procs() {
 		if p.cmd == "" {
 			continue // a kernel thread
 		}
-		if strings.Contains(p.cmd, state) {
+		if ofRun(pid, p.cmd, dir) {
 			out = append(out, fmt.Sprintf("process %d still runs: %s", pid, clip(p.cmd)))
 			continue
 		}
@@ -244,4 +255,37 @@ func (w *world) logDir(sandbox string) string {
 		return dirs[len(dirs)-1]
 	}
 	return l.Sandbox(sandbox)
+}
+
+// anyBroken reports whether an invariant broke so far (exec outcomes
+// included).
+func (r *runner) anyBroken() bool {
+	r.l.mu.Lock()
+	bad := len(r.l.bad)
+	r.l.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bad > 0 || len(r.broken) > 0
+}
+
+// keepLogs copies every sandbox's log directories (supervisor, lifecycle,
+// audit, workload) to DIR/kept-logs/NAME/ before the run deletes the
+// sandboxes: the evidence of a broken invariant.
+func (r *runner) keepLogs() {
+	for _, n := range r.names {
+		dirs, _ := filepath.Glob(contract.StateDir(r.w.state).Logs(n, "*"))
+		for _, d := range dirs {
+			files, _ := os.ReadDir(d)
+			for _, f := range files {
+				b, err := os.ReadFile(filepath.Join(d, f.Name()))
+				if err != nil {
+					continue
+				}
+				to := filepath.Join(r.w.dir, "kept-logs", n, filepath.Base(d))
+				if os.MkdirAll(to, 0o755) == nil {
+					_ = os.WriteFile(filepath.Join(to, f.Name()), b, 0o644)
+				}
+			}
+		}
+	}
 }

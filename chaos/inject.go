@@ -35,6 +35,23 @@ type runner struct {
 	made      map[string]bool     // namespaces the run's sandboxes were seen in
 	policyRev map[string]int      // policy reloads per sandbox
 	malformed [2]int              // malformed proxy requests sent, answered 4xx
+	// Cluster runs: sandboxes the hit node drove, per kind; one-owner
+	// polls conclusive and not (answers spread over a third of a TTL).
+	moved      map[Kind]int
+	ownerPolls [2]int
+	note       string // what the last step hit, for the progress line
+}
+
+// takeNote returns and clears the last step's note (" (...)" or "").
+func (r *runner) takeNote() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.note
+	r.note = ""
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
 }
 
 // check records how many items an invariant looked at.
@@ -123,9 +140,16 @@ func (r *runner) excused(name string, from, to time.Time) bool {
 // step runs one scheduled fault.
 func (r *runner) step(ctx context.Context, s Step) error {
 	name := ""
-	if s.Target >= 0 {
+	if s.Target >= 0 && !s.Kind.Cluster() && !(s.Kind == KindGatewayKill && r.w.cl != nil) {
 		name = r.names[s.Target]
 	}
+	if r.w.cl != nil && s.Kind.Local() && r.quiet[name] {
+		return r.quietStep(ctx, s, name, func() error { return r.inject(ctx, s, name) })
+	}
+	return r.inject(ctx, s, name)
+}
+
+func (r *runner) inject(ctx context.Context, s Step, name string) error {
 	switch s.Kind {
 	case KindIdentityError, KindIdentityPanic, KindPolicyDecideError:
 		return r.proxyBurst(ctx, s, name)
@@ -139,6 +163,13 @@ func (r *runner) step(ctx context.Context, s Step) error {
 		return r.relayCut(ctx, s, name)
 	case KindPolicyReload:
 		return r.policyReload(ctx, s, name)
+	case KindNodeKill, KindNodeStop, KindEtcdKill, KindEtcdCut:
+		return r.clusterFault(ctx, s)
+	case KindGatewayKill:
+		if r.w.cl != nil {
+			return r.clusterFault(ctx, s)
+		}
+		return r.processFault(ctx, s, name)
 	default:
 		return r.processFault(ctx, s, name)
 	}
@@ -160,7 +191,15 @@ func (r *runner) armed(ctx context.Context, name, point, rule string, f func()) 
 		return 0, err
 	}
 	f()
-	after, err := r.w.fault(ctx, name, point+"=off")
+	// Disarm (in a cluster the request may meet a node that is changing
+	// its view for a moment: retry).
+	var after int
+	for deadline := time.Now().Add(r.recoverBy); ; {
+		if after, err = r.w.fault(ctx, name, point+"=off"); err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -323,9 +362,7 @@ func (r *runner) policyReload(ctx context.Context, s Step, name string) error {
 	if err := os.WriteFile(file, []byte(policyText(r.port, rev)), 0o644); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
-	r.w.mu.Lock()
-	addr := r.w.addr
-	r.w.mu.Unlock()
+	addr := r.w.gatewayArg()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, r.w.bin, "policy", "set", name, file, "--state-dir", r.w.state, "--gateway", addr).CombinedOutput()
@@ -339,9 +376,7 @@ func (r *runner) policyReload(ctx context.Context, s Step, name string) error {
 // relayCut kills an exec client mid-stream; the sandbox stays Ready and
 // the next exec works.
 func (r *runner) relayCut(ctx context.Context, s Step, name string) error {
-	r.w.mu.Lock()
-	addr := r.w.addr
-	r.w.mu.Unlock()
+	addr := r.w.gatewayArg()
 	cmd := exec.CommandContext(ctx, r.w.bin, "sandbox", "--state-dir", r.w.state, "--gateway", addr,
 		"exec", name, "--", "/bin/sh", "-c", "echo begin; sleep 5; echo end")
 	out, err := cmd.StdoutPipe()
@@ -425,19 +460,25 @@ func (r *runner) processFault(ctx context.Context, s Step, name string) error {
 			injected = 0
 		}
 	case KindStoreWriteError:
-		// The next store write fails; a workload crash makes one.
-		before, ferr := r.w.fault(ctx, "", "store.write=error:1")
+		// The next store write fails; a workload crash makes one. In a
+		// cluster the write is made by the node driving the sandbox: the
+		// fault is armed there.
+		loud, node := r.names[len(r.names)-1], -1
+		if r.w.cl != nil {
+			r.waitStable(ctx, loud)
+			node = r.driverOf(ctx, loud)
+		}
+		before, ferr := r.w.gatewayFault(ctx, node, "store.write=error:1")
 		if ferr != nil {
 			return ferr
 		}
-		loud := r.names[len(r.names)-1]
 		r.waitStable(ctx, loud)
 		ldone := r.excuse(loud)
 		if r.crashWorkload(ctx, loud) {
 			r.waitRecovered(ctx, loud, start, Step{Kind: KindWorkloadCrash})
 		}
 		ldone()
-		after, ferr := r.w.fault(ctx, "", "store.write=off")
+		after, ferr := r.w.gatewayFault(ctx, node, "store.write=off")
 		if ferr != nil {
 			return ferr
 		}
@@ -536,8 +577,18 @@ func lostSince(st *messages.SandboxStatus, since time.Time) bool {
 	return false
 }
 
-// waitAllReady waits until every sandbox is Ready.
+// waitAllReady waits until every sandbox is Ready (in a cluster: under
+// one live node, every live node agreeing).
 func (r *runner) waitAllReady(ctx context.Context, since time.Time, inv string) time.Duration {
+	if r.w.cl != nil {
+		d, why := r.waitConverged(ctx, since, time.Now().Add(r.recoverBy), -1, true)
+		if d < 0 {
+			r.violate(inv, "not all sandboxes Ready under one node %s after %s (last: %s)", r.recoverBy.Round(time.Second), inv, why)
+		} else {
+			r.check(inv, 1)
+		}
+		return d
+	}
 	deadline := time.Now().Add(r.recoverBy)
 	var last string
 	for ctx.Err() == nil && time.Now().Before(deadline) {

@@ -27,7 +27,20 @@ type Report struct {
 	MalformedProxy [2]int `json:"malformed_proxy_sent_answered_4xx"`
 	// Goroutines of the idle gateway before and after.
 	Goroutines [2]int `json:"gateway_goroutines_idle_before_after"`
-	Dir        string `json:"dir,omitempty"`
+	// Cluster is set for a cluster run.
+	Cluster *ClusterInfo `json:"cluster,omitempty"`
+	Dir     string       `json:"dir,omitempty"`
+}
+
+// ClusterInfo describes a cluster run.
+type ClusterInfo struct {
+	Nodes    int    `json:"nodes"`
+	LeaseTTL string `json:"lease_ttl"`
+	// OwnerPolls are the monitor's polls of every live node whose answers
+	// came within a third of a TTL of each other (the one-owner check);
+	// OwnerPollsSpread are those that took longer and prove nothing.
+	OwnerPolls       int `json:"owner_polls"`
+	OwnerPollsSpread int `json:"owner_polls_spread"`
 }
 
 // KindReport is one fault kind's line of the table.
@@ -41,6 +54,8 @@ type KindReport struct {
 	Recovered  int     `json:"recovered"`
 	RecoverP50 float64 `json:"recovery_p50_ms"`
 	RecoverP99 float64 `json:"recovery_p99_ms"`
+	// Moved: node faults (cluster runs), the sandboxes the hit node drove.
+	Moved int `json:"sandboxes_moved,omitempty"`
 }
 
 // Invariant is one invariant's result.
@@ -51,11 +66,16 @@ type Invariant struct {
 	Violations []string `json:"violations,omitempty"`
 }
 
-// invariantNames are every invariant a run checks, in report order.
-func invariantNames() []string {
-	return []string{"no-sandbox-lost", "quiet-stay-ready", "recovered", "next-works", "denials-clean",
+// invariantNames are every invariant a run checks, in report order (a
+// cluster run adds its own).
+func invariantNames(cluster bool) []string {
+	out := []string{"no-sandbox-lost", "quiet-stay-ready", "recovered", "next-works", "denials-clean",
 		"exec-status", "malformed-answered", "settled", "workspace-intact", "denials-audited", "no-goroutine-leak",
 		"policy-kept", "restart-converges", "clean-shutdown", "no-orphans"}
+	if cluster {
+		out = append(out, "one-owner", "one-supervisor", "ready-after-fault")
+	}
+	return out
 }
 
 // OK reports whether every invariant held.
@@ -90,12 +110,15 @@ func (r *runner) fill(rep *Report) {
 	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
 	for _, k := range kinds {
 		s := r.stats[k]
-		kr := KindReport{Kind: k.String(), Steps: s.steps, Injected: s.injected, Recovered: len(s.recovery)}
+		kr := KindReport{Kind: k.String(), Steps: s.steps, Injected: s.injected, Recovered: len(s.recovery), Moved: r.moved[k]}
 		kr.RecoverP50, kr.RecoverP99 = quantile(s.recovery, 0.50), quantile(s.recovery, 0.99)
 		rep.Kinds = append(rep.Kinds, kr)
 		rep.Injected += s.injected
 	}
-	for _, n := range invariantNames() {
+	if rep.Cluster != nil {
+		rep.Cluster.OwnerPolls, rep.Cluster.OwnerPollsSpread = r.ownerPolls[0], r.ownerPolls[1]
+	}
+	for _, n := range invariantNames(rep.Cluster != nil) {
 		v := r.broken[n]
 		rep.Invariants = append(rep.Invariants, Invariant{Name: n, OK: len(v) == 0, Checked: r.checks[n], Violations: v})
 	}
@@ -117,10 +140,22 @@ func quantile(ds []time.Duration, q float64) float64 {
 func (rep *Report) WriteTable(out io.Writer) {
 	fmt.Fprintf(out, "chaos run: scenario %s, seed %d, schedule %s (%d steps), %d sandboxes, injecting %s, settled in %s\n",
 		rep.Scenario, rep.Seed, rep.Fingerprint, rep.Steps, rep.Sandboxes, rep.Injecting, rep.SettledIn)
+	c := rep.Cluster
+	if c != nil {
+		fmt.Fprintf(out, "cluster: %d nodes on one etcd, lease TTL %s; one-owner polls %d (and %d whose answers spread over a third of a TTL)\n",
+			c.Nodes, c.LeaseTTL, c.OwnerPolls, c.OwnerPollsSpread)
+	}
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAULT KIND\tSTEPS\tINJECTED\tRECOVERED\tRECOVERY P50\tRECOVERY P99")
+	moved, movedCol := "", ""
+	if c != nil {
+		movedCol = "\tMOVED"
+	}
+	fmt.Fprintln(tw, "FAULT KIND\tSTEPS\tINJECTED\tRECOVERED\tRECOVERY P50\tRECOVERY P99"+movedCol)
 	for _, k := range rep.Kinds {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f ms\t%.0f ms\n", k.Kind, k.Steps, k.Injected, k.Recovered, k.RecoverP50, k.RecoverP99)
+		if c != nil {
+			moved = fmt.Sprintf("\t%d", k.Moved)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f ms\t%.0f ms%s\n", k.Kind, k.Steps, k.Injected, k.Recovered, k.RecoverP50, k.RecoverP99, moved)
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t\t\t\n", rep.Steps, rep.Injected)
 	_ = tw.Flush()

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,7 +33,19 @@ const (
 	KindGatewayKill        Kind = 14
 	KindStoreWriteError    Kind = 15
 	KindPolicyReload       Kind = 16
+	// Cluster kinds (`chaos run --cluster`).
+	KindNodeKill Kind = 17 // SIGKILL the node driving the most sandboxes; restart it once they moved
+	KindNodeStop Kind = 18 // SIGSTOP that node for N s (past the lease TTL), then SIGCONT
+	KindEtcdKill Kind = 19 // SIGKILL etcd, N s down, restart on its data dir and ports
+	KindEtcdCut  Kind = 20 // cut that node's etcd link (its proxy) for N s, then heal
 )
+
+// lastKind is the highest kind value.
+const lastKind = KindEtcdCut
+
+// clusterNodes is how many gateway nodes a cluster run has; a cluster
+// step's Target is a node index below it.
+const clusterNodes = 3
 
 // String returns the kind's report name.
 func (k Kind) String() string {
@@ -69,6 +82,14 @@ func (k Kind) String() string {
 		return "store-write-error"
 	case KindPolicyReload:
 		return "policy-reload"
+	case KindNodeKill:
+		return "node-kill"
+	case KindNodeStop:
+		return "node-stop"
+	case KindEtcdKill:
+		return "etcd-kill"
+	case KindEtcdCut:
+		return "etcd-cut"
 	default:
 		return fmt.Sprintf("kind(%d)", int(k))
 	}
@@ -77,6 +98,10 @@ func (k Kind) String() string {
 // Local reports whether the kind stays at connection or query level: it
 // must never move a sandbox out of Ready nor restart a session or relay.
 func (k Kind) Local() bool { return k <= KindMalformedDNS || k == KindPolicyReload }
+
+// Cluster reports whether the kind hits a node or etcd (only in a
+// cluster run).
+func (k Kind) Cluster() bool { return k >= KindNodeKill && k <= KindEtcdCut }
 
 // Scenario is a named mix of fault kinds with weights.
 type Scenario struct {
@@ -87,6 +112,12 @@ type Scenario struct {
 	// Loud is how many of the sandboxes take process-level faults (the
 	// others, "quiet", only connection-level ones).
 	Loud int
+	// Cluster: the scenario needs a cluster run (its kinds hit nodes and
+	// etcd); gateway-kill then kills one node.
+	Cluster bool
+	// First are kinds scheduled before the rest of the first round (a
+	// short run reaches them before its fault budget is spent).
+	First []Kind
 }
 
 // Scenarios are the named scenarios; "all" mixes every kind.
@@ -97,8 +128,11 @@ func Scenarios() []Scenario {
 	}
 	all := map[Kind]int{KindRelayCut: 2, KindSessionCut: 1, KindSupervisorKill: 2, KindSupervisorStop: 1,
 		KindWorkloadCrash: 2, KindGatewayKill: 1, KindStoreWriteError: 1}
+	clusterMix := map[Kind]int{KindRelayCut: 2, KindSessionCut: 1, KindSupervisorKill: 2, KindSupervisorStop: 1,
+		KindWorkloadCrash: 2, KindGatewayKill: 2, KindStoreWriteError: 1, KindNodeKill: 3, KindNodeStop: 3, KindEtcdKill: 3, KindEtcdCut: 3}
 	for k, w := range local {
 		all[k] = w
+		clusterMix[k] = w
 	}
 	return []Scenario{
 		{Name: "identity-deny", About: "seed failure 1: peer identity lookups fail (error, panic) on denied and allowed connections",
@@ -109,6 +143,13 @@ func Scenarios() []Scenario {
 			Weights: map[Kind]int{KindSupervisorKill: 2, KindSupervisorStop: 1, KindSessionCut: 1, KindWorkloadCrash: 2,
 				KindGatewayKill: 1, KindStoreWriteError: 1, KindRelayCut: 1}, Loud: 2},
 		{Name: "all", About: "every fault kind, quiet sandboxes taking only connection-level ones", Weights: all, Loud: 2},
+		{Name: "cluster", About: "3 gateway nodes on a real etcd: node SIGKILL and SIGSTOP past the lease TTL, etcd SIGKILL and restart, " +
+			"a node cut from etcd, node restarts, mixed with every other kind (store write errors armed on the node driving the sandbox)",
+			Weights: clusterMix, Loud: 2, Cluster: true,
+			// The cluster kinds, a node restart and the largest bursts first:
+			// CI's short run reaches them within its 300 faults.
+			First: []Kind{KindNodeKill, KindNodeStop, KindEtcdKill, KindEtcdCut, KindGatewayKill,
+				KindMalformedProxy, KindIdentityPanic, KindMalformedDNS, KindIdentityError}},
 	}
 }
 
@@ -128,7 +169,8 @@ func ScenarioNamed(name string) (Scenario, error) {
 type Step struct {
 	Seq  int  `json:"seq"`
 	Kind Kind `json:"-"`
-	// Target is the index of the sandbox it hits (-1: the gateway).
+	// Target is the index of the sandbox it hits (-1: the gateway, or
+	// etcd); for node kinds (and gateway-kill in a cluster) a node index.
 	Target int `json:"target"`
 	// N is the fault's size: how many faults a burst arms, how many
 	// seconds a cut or stop lasts.
@@ -146,6 +188,13 @@ func Plan(sc Scenario, seed uint64, sandboxes, steps int) []Step {
 		kinds = append(kinds, k)
 	}
 	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	// The first round: sc.First, then the other kinds in order.
+	round := append([]Kind(nil), sc.First...)
+	for _, k := range kinds {
+		if !slices.Contains(sc.First, k) {
+			round = append(round, k)
+		}
+	}
 	total := 0
 	for _, k := range kinds {
 		total += sc.Weights[k]
@@ -156,8 +205,8 @@ func Plan(sc Scenario, seed uint64, sandboxes, steps int) []Step {
 		// Every kind once before any repeats (the schedule covers the
 		// mix even when short), then by weight.
 		var k Kind
-		if i < len(kinds) {
-			k = kinds[i]
+		if i < len(round) {
+			k = round[i]
 		} else {
 			x := r.IntN(total)
 			for _, kk := range kinds {
@@ -169,8 +218,14 @@ func Plan(sc Scenario, seed uint64, sandboxes, steps int) []Step {
 		}
 		s := Step{Seq: i, Kind: k, Pause: time.Duration(50+r.IntN(250)) * time.Millisecond}
 		switch {
-		case k == KindGatewayKill || k == KindStoreWriteError:
+		case k == KindEtcdKill:
 			s.Target = -1
+		case k.Cluster() || (k == KindGatewayKill && sc.Cluster):
+			// The node to hit (node-kill, node-stop and etcd-cut hit the
+			// node driving the most sandboxes, searching from this one).
+			s.Target = r.IntN(clusterNodes)
+		case k == KindGatewayKill || k == KindStoreWriteError:
+			s.Target = -1 // store-write-error: the node driving the last sandbox
 		case k.Local() || loud == 0:
 			s.Target = r.IntN(sandboxes)
 		default: // process-level: only loud sandboxes
@@ -189,6 +244,10 @@ func Plan(sc Scenario, seed uint64, sandboxes, steps int) []Step {
 			s.N = 4 + r.IntN(6) // seconds silent: some within the grace, some past it
 		case KindSupervisorStop:
 			s.N = []int{1, 2, 4, 5, 6, 7}[r.IntN(6)] // seconds stopped; never 3 (the heartbeat limit)
+		case KindNodeStop, KindEtcdCut:
+			s.N = 5 + r.IntN(4) // seconds: 2.5 to 4 lease TTLs of 2 s
+		case KindEtcdKill:
+			s.N = 1 + r.IntN(3) // seconds down before the restart
 		default:
 			s.N = 1
 		}

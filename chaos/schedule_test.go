@@ -29,9 +29,13 @@ func TestPlanReplays(t *testing.T) {
 				t.Fatalf("%s: step %d has kind %s, not in the scenario", sc.Name, s.Seq, s.Kind)
 			}
 			switch {
-			case s.Kind == KindGatewayKill || s.Kind == KindStoreWriteError:
+			case s.Kind == KindEtcdKill || s.Kind == KindStoreWriteError || (!sc.Cluster && s.Kind == KindGatewayKill):
 				if s.Target != -1 {
-					t.Errorf("%s: gateway fault aimed at sandbox %d", sc.Name, s.Target)
+					t.Errorf("%s: gateway or etcd fault aimed at sandbox %d", sc.Name, s.Target)
+				}
+			case s.Kind.Cluster() || s.Kind == KindGatewayKill:
+				if !sc.Cluster || s.Target < 0 || s.Target >= clusterNodes {
+					t.Errorf("%s: node fault %s aimed at node %d", sc.Name, s.Kind, s.Target)
 				}
 			case !s.Kind.Local():
 				if s.Target < 4-sc.Loud {
@@ -57,9 +61,42 @@ func TestPlanReplays(t *testing.T) {
 	}
 }
 
+// TestPlanCluster: the cluster scenario has every cluster kind, and
+// schedules its First kinds, in order, first; the
+// other scenarios have no cluster kind.
+func TestPlanCluster(t *testing.T) {
+	sc, err := ScenarioNamed("cluster")
+	if err != nil || !sc.Cluster {
+		t.Fatalf("cluster scenario: %+v %v", sc, err)
+	}
+	for _, k := range []Kind{KindNodeKill, KindNodeStop, KindEtcdKill, KindEtcdCut} {
+		if sc.Weights[k] == 0 || !k.Cluster() || k.Local() {
+			t.Errorf("cluster scenario: kind %s weight %d", k, sc.Weights[k])
+		}
+	}
+	steps := Plan(sc, 20261201, 4, 50)
+	for i, k := range sc.First {
+		if steps[i].Kind != k {
+			t.Errorf("step %d is %s, want %s", i, steps[i].Kind, k)
+		}
+	}
+	for _, s := range steps {
+		if (s.Kind == KindNodeStop || s.Kind == KindEtcdCut) && (s.N < 5 || s.N > 8) {
+			t.Errorf("step %d %s lasts %d s, want 5..8 (past the 2 s lease TTL)", s.Seq, s.Kind, s.N)
+		}
+	}
+	for _, other := range Scenarios() {
+		for k := range other.Weights {
+			if k.Cluster() && !other.Cluster {
+				t.Errorf("scenario %s has cluster kind %s", other.Name, k)
+			}
+		}
+	}
+}
+
 func TestKindNames(t *testing.T) {
 	seen := map[string]bool{}
-	for k := KindIdentityError; k <= KindPolicyReload; k++ {
+	for k := KindIdentityError; k <= lastKind; k++ {
 		n := k.String()
 		if seen[n] || n == "" || n[0] == 'k' {
 			t.Errorf("kind %d: name %q", int(k), n)

@@ -64,8 +64,8 @@ func (l *ledger) outcome(sandbox string, want int, r cliResult, excused bool) bo
 	default:
 		l.execs.Bad++
 		if len(l.bad) < 50 {
-			l.bad = append(l.bad, fmt.Sprintf("%s: exec wanted exit %d, got %d after %s (killed by harness: %v): stderr %q stdout %q",
-				sandbox, want, r.code, r.took.Round(time.Millisecond), r.killed, clip(r.err), clip(r.out)))
+			l.bad = append(l.bad, fmt.Sprintf("%s: exec at %s wanted exit %d, got %d after %s (killed by harness: %v): stderr %q stdout %q",
+				sandbox, r.start.Format("15:04:05.000"), want, r.code, r.took.Round(time.Millisecond), r.killed, clip(r.err), clip(r.out)))
 		}
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/relay"
@@ -265,7 +266,17 @@ func Run(ctx context.Context, cfg Config) error {
 			actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))},
 	})
 	if clustered {
-		send := func(e cluster.Event) { sys.Root.Send(sandboxes, ownershipOf(e)) }
+		send := func(e cluster.Event) {
+			if e.Kind == cluster.NodeJoined {
+				// A node (re)joined: a connection this node had to its
+				// address may be a dead incarnation's, still retrying
+				// (protoactor drops what it queued when it gives up).
+				// Dropping it now makes the next message connect afresh.
+				sys.EventStream.Publish(&remote.EndpointTerminatedEvent{Address: e.Node.API})
+				return
+			}
+			sys.Root.Send(sandboxes, ownershipOf(e))
+		}
 		toSandboxes.Store(&send)
 	}
 	root, err := sys.Root.SpawnNamed(rootProps, "gateway")

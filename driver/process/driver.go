@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
@@ -53,10 +54,32 @@ type Config struct {
 }
 
 // Driver starts supervisors as local processes (driver.Driver).
-type Driver struct{ cfg Config }
+type Driver struct {
+	cfg Config
+	// watched are the live supervisors this gateway watches, by pid. A
+	// supervisor adopted again (its sandbox actor restarted, or in a
+	// cluster its node owns the sandbox again) shares its watch: a new
+	// one would add a pidfd and a goroutine that live as long as the
+	// supervisor, at every adoption.
+	mu      sync.Mutex
+	watched map[int]*Handle
+}
 
 // New returns the process driver.
-func New(cfg Config) *Driver { return &Driver{cfg: cfg} }
+func New(cfg Config) *Driver { return &Driver{cfg: cfg, watched: map[int]*Handle{}} }
+
+// keep records h among the watched supervisors and forgets those that
+// exited (d.mu held).
+func (d *Driver) keep(h *Handle) {
+	for pid, w := range d.watched {
+		select {
+		case <-w.done:
+			delete(d.watched, pid)
+		default:
+		}
+	}
+	d.watched[h.Pid] = h
+}
 
 var _ driver.Driver = (*Driver)(nil)
 
@@ -108,12 +131,15 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	d.keep(h)
+	d.mu.Unlock()
 	return &proc{Handle: h, log: logFile}, nil
 }
 
 // Adopt implements driver.Driver.
 func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, error) {
-	h, err := Adopt(pid, Marker)
+	h, err := d.adopt(pid)
 	if errors.Is(err, ErrGone) {
 		return nil, fmt.Errorf("sandbox %s: supervisor %d: %w", name, pid, driver.ErrGone)
 	}
@@ -126,6 +152,27 @@ func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, er
 		log = filepath.Join(dirs[len(dirs)-1], contract.SupervisorLog)
 	}
 	return &proc{Handle: h, log: log, drift: d.drift(name)}, nil
+}
+
+// adopt returns the watch of supervisor pid: the one this gateway has
+// while that process lives (a pidfd names one process: never another that
+// reused the pid), else a new one.
+func (d *Driver) adopt(pid int) (*Handle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if h, ok := d.watched[pid]; ok {
+		select {
+		case <-h.done:
+		default:
+			return h, nil
+		}
+	}
+	h, err := Adopt(pid, Marker)
+	if err != nil {
+		return nil, err
+	}
+	d.keep(h)
+	return h, nil
 }
 
 // Remove implements driver.Driver.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,49 @@ func TestDriverSpecGateways(t *testing.T) {
 				t.Fatalf("spec gateway %q, gateways %q, list %q; want %q, %q", sp.Gateway, sp.Gateways, sp.GatewayList(), tc.want, tc.list)
 			}
 		})
+	}
+}
+
+// TestDriverAdoptAgainSharesTheWatch: adopting a supervisor again (its
+// sandbox actor restarted, or in a cluster its node owns the sandbox
+// again) shares the watch the driver has: no pidfd and goroutine more per
+// adoption, each living as long as the supervisor. Every adoption still
+// sees its end.
+func TestDriverAdoptAgainSharesTheWatch(t *testing.T) {
+	state := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "fake-stockade")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1",
+		Credentials: func(name string) (spec.Credentials, error) { return spec.Credentials{}, nil }})
+	ctx := context.Background()
+	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	var adopted []driver.Proc
+	for range 50 {
+		a, err := d.Adopt(ctx, "s", p.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		adopted = append(adopted, a)
+	}
+	if g := runtime.NumGoroutine(); g > before+5 {
+		t.Fatalf("50 adoptions of one supervisor: goroutines %d -> %d", before, g)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := p.Stop(sctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range adopted {
+		select {
+		case <-a.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("an adoption did not see its supervisor end")
+		}
 	}
 }
