@@ -42,7 +42,7 @@ type clusterNode struct {
 	proc        *testworld.Process
 }
 
-func newClusterWorld(t *testing.T, n int, extra ...string) *clusterWorld {
+func newClusterWorld(t testing.TB, n int, extra ...string) *clusterWorld {
 	t.Helper()
 	w := prepareWorld(t, 0)
 	c := &clusterWorld{world: w, etcd: etcdtest.Start(t), extra: extra}
@@ -214,16 +214,7 @@ func TestClusterFailover(t *testing.T) {
 	sbs := c.createMany("f", n)
 	var took []time.Duration
 	for trial := range trials {
-		count := map[string]int{}
-		for _, s := range sbs {
-			count[s.Node]++
-		}
-		var victim *clusterNode
-		for _, nd := range c.nodes {
-			if victim == nil || count[nd.name] > count[victim.name] {
-				victim = nd
-			}
-		}
+		victim, count := c.busiest(sbs)
 		var survivor *clusterNode
 		var onSurvivor string
 		for _, s := range sbs {
@@ -312,16 +303,7 @@ func TestClusterPausedNode(t *testing.T) {
 	c := newClusterWorld(t, 3)
 	const n = 9
 	sbs := c.createMany("p", n)
-	count := map[string]int{}
-	for _, s := range sbs {
-		count[s.Node]++
-	}
-	var victim *clusterNode
-	for _, nd := range c.nodes {
-		if victim == nil || count[nd.name] > count[victim.name] {
-			victim = nd
-		}
-	}
+	victim, count := c.busiest(sbs)
 	if err := victim.proc.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +516,7 @@ func TestClusterNodeLost(t *testing.T) {
 }
 
 // metricsOf reads the stockade_cluster_* counters a node serves.
-func metricsOf(t *testing.T, addr string) map[string]int64 {
+func metricsOf(t testing.TB, addr string) map[string]int64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -626,4 +608,20 @@ func TestClusterOwnerDiesMidRequest(t *testing.T) {
 		t.Errorf("get across the owner's death took %s", took)
 	}
 	c.start(owner)
+}
+
+// busiest is the node that drives the most of sbs, and how many each
+// node drives.
+func (c *clusterWorld) busiest(sbs map[string]status) (*clusterNode, map[string]int) {
+	count := map[string]int{}
+	for _, s := range sbs {
+		count[s.Node]++
+	}
+	var most *clusterNode
+	for _, nd := range c.nodes {
+		if most == nil || count[nd.name] > count[most.name] {
+			most = nd
+		}
+	}
+	return most, count
 }
