@@ -103,7 +103,7 @@ func Dial(addr string, cfg *Config, log zerolog.Logger) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
-	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
+	sys := transport.NewActorSystem(logx.ActorSystemOption(log))
 	rem, err := transport.Start(sys, transport.Config{Host: host, Cert: cred.kp, Verifier: ver,
 		Rules: transport.ClientRules(), Log: log})
 	if err != nil {

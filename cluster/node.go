@@ -70,8 +70,6 @@ type Event struct {
 	Kind EventKind
 	// Sandbox is the sandbox of Own and Disown.
 	Sandbox string
-	// Node is the node of NodeJoined.
-	Node NodeInfo
 }
 
 // EventKind is the kind of an Event.
@@ -88,10 +86,6 @@ const (
 	// Fenced: this node's lease is not renewed in time: stop driving
 	// every sandbox now, before the lease can expire at etcd.
 	Fenced EventKind = 3
-	// NodeJoined: another node (Event.Node) joined, perhaps a new
-	// incarnation on a dead node's address: connections to that address
-	// from before are stale.
-	NodeJoined EventKind = 4
 )
 
 func (k EventKind) String() string {
@@ -102,8 +96,6 @@ func (k EventKind) String() string {
 		return "disown"
 	case Fenced:
 		return "fenced"
-	case NodeJoined:
-		return "node-joined"
 	}
 	return fmt.Sprintf("event(%d)", int(k))
 }
@@ -341,7 +333,6 @@ func (n *Node) watchLoop(ctx context.Context, rev int64) {
 				n.log.Warn().Err(err).Msg("cluster: watch failed; reading the prefix again")
 				break
 			}
-			var joined []Event
 			n.mu.Lock()
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
@@ -349,20 +340,12 @@ func (n *Node) watchLoop(ctx context.Context, rev int64) {
 					continue
 				}
 				n.applyPut(ev.Kv)
-				if ev.IsCreate() && strings.HasPrefix(string(ev.Kv.Key), n.prefix+"nodes/") {
-					if info, ok := n.nodes[strings.TrimPrefix(string(ev.Kv.Key), n.prefix+"nodes/")]; ok && info.Node != n.cfg.Self.Node {
-						joined = append(joined, Event{Kind: NodeJoined, Node: info})
-					}
-				}
 			}
 			if wr.Header.Revision > n.seen {
 				n.seen = wr.Header.Revision
 			}
 			rev = n.seen
 			n.mu.Unlock()
-			for _, e := range joined {
-				n.emit(e)
-			}
 			n.poke()
 		}
 		cancel()

@@ -36,6 +36,7 @@ type (
 		err  error
 	}
 	hbRes struct {
+		to *actor.PID // the session the heartbeat went to
 		ok bool
 		// gone: the gateway answered that the session actor does not
 		// exist (a dead letter): it was replaced or ended.
@@ -138,8 +139,11 @@ func (s *session) Receive(ctx actor.Context) {
 		s.gw, s.unanswered = nil, 0
 		s.sayHello(ctx)
 	case *hbRes:
-		if s.gw == nil {
-			return // a heartbeat of a session given up since (Reconnect)
+		if s.gw == nil || !m.to.Equal(s.gw) {
+			// A heartbeat of a session given up since (Reconnect): its
+			// answer says nothing of the current one (a dead letter from
+			// the old owner must not end the new session).
+			return
 		}
 		s.pending = false
 		if m.ok {
@@ -320,10 +324,11 @@ func (s *session) onTick(ctx actor.Context) {
 		hb.Resources = s.resources()
 	}
 	s.pending = true
-	f := ctx.RequestFuture(s.gw, hb, lostAfter)
+	to := s.gw
+	f := ctx.RequestFuture(to, hb, lostAfter)
 	ctx.ReenterAfter(f, func(res any, err error) {
 		_, ok := res.(*messages.HeartbeatAck)
-		ctx.Send(ctx.Self(), &hbRes{ok: err == nil && ok, gone: errors.Is(err, actor.ErrDeadLetter)})
+		ctx.Send(ctx.Self(), &hbRes{to: to, ok: err == nil && ok, gone: errors.Is(err, actor.ErrDeadLetter)})
 	})
 }
 

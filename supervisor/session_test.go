@@ -404,3 +404,47 @@ func TestSessionGoneSaysHelloAtOnce(t *testing.T) {
 		t.Logf("second Hello %s after the session actor went", took.Round(time.Millisecond))
 	}
 }
+
+// zombieSession is the session actor of a node that died: it holds each
+// heartbeat until released, then answers it with a dead letter, as the
+// transport does for a message to an address whose process is gone.
+type zombieSession struct {
+	beats   atomic.Int64
+	release chan struct{}
+}
+
+func (z *zombieSession) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*messages.Heartbeat); !ok {
+		return
+	}
+	z.beats.Add(1)
+	to, self, root := ctx.Sender(), ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		<-z.release
+		root.Send(to, &actor.DeadLetterResponse{Target: self})
+	}()
+}
+
+// TestSessionStaleHeartbeatAfterReconnect: a node takes the sandbox over
+// (Reconnect) while a heartbeat to the old owner's session is in flight;
+// that heartbeat's late dead letter says nothing of the new session, so
+// the supervisor keeps it (a second Hello would replace the new owner's
+// session and cut the execs on it).
+func TestSessionStaleHeartbeatAfterReconnect(t *testing.T) {
+	c := newFakeCluster(t)
+	z := &zombieSession{release: make(chan struct{})}
+	old := c.serve(t, "gw-a:1", transport.GatewaySessionPrefix("a")+"1", z)
+	c.node(t, "gw-a:1", func(int) *messages.HelloAck { return ok(old) })
+	owner, sess := c.sessionActor(t, "gw-b:1", true)
+	nodeB := c.node(t, "gw-b:1", func(int) *messages.HelloAck { return ok(owner) })
+	c.start(t, "gw-a:1", "gw-b:1")
+	testenv.Eventually(t, sessionWait, func() bool { return z.beats.Load() >= 1 }, "a heartbeat held by the old owner")
+	c.sys.Root.Send(c.sys.NewLocalPID(transport.SupervisorSession), &messages.Reconnect{Gateway: "gw-b:1"})
+	testenv.Eventually(t, sessionWait, func() bool { return sess.beats.Load() >= 1 }, "heartbeats at the new owner's session")
+	close(z.release) // the old heartbeat's dead letter comes back now
+	beats := sess.beats.Load()
+	testenv.Eventually(t, sessionWait, func() bool { return sess.beats.Load() >= beats+2 }, "two more heartbeats at the new session")
+	if n := len(nodeB.hellos()); n != 1 {
+		t.Fatalf("the new owner got %d Hellos, want 1: the old session's dead letter replaced the new session", n)
+	}
+}

@@ -210,7 +210,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
-	sys := actor.NewActorSystem(logx.ActorSystemOption(log))
+	sys := transport.NewActorSystem(logx.ActorSystemOption(log))
 	rem, err := transport.Start(sys, transport.Config{Host: host, Cert: kp, Verifier: ver, Rules: transport.SupervisorRules(), Log: log})
 	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)

@@ -26,6 +26,11 @@
 //   - unary and stream recover interceptors: no input from the wire panics
 //     the process; the unimplemented methods answer Unimplemented.
 //
+// A process that talks over the transport makes its actor system with
+// NewActorSystem: its generated ids (futures) start at a random point, so
+// a process restarted on its address never completes a new request with
+// a reply queued for its last incarnation.
+//
 // Rules name the well-known actor ids (APIActor, HelloActor,
 // SupervisorSession, the gateway's session actors) and, per role, the
 // message types each may receive. No system message (Stop, PoisonPill,

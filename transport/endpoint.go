@@ -39,6 +39,13 @@ type Config struct {
 	Log   zerolog.Logger
 	// Refused counts refusals (nil: a fresh set).
 	Refused *Refusals
+	// ConnectRetries is how often a connection to a peer is tried, 2 s
+	// apart, before what was queued for it is dropped (0: 2, a quick
+	// answer for a client or supervisor whose gateway is gone or refuses
+	// it). A gateway node sets more: a node that restarts on its address
+	// is back within seconds, and a reply queued for it meanwhile must
+	// reach it, not be dropped in the retry loop's last sleep.
+	ConnectRetries int
 }
 
 // Start starts sys's remote endpoint over mutual TLS with cfg's rules. A
@@ -61,9 +68,13 @@ func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
 		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),
 			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial)))))
-	// One quick retry: a peer that refuses our certificate or is gone is
-	// reported (EndpointTerminatedEvent) in seconds, not after 5 x 2 s.
+	// By default one quick retry: a peer that refuses our certificate or
+	// is gone is reported (EndpointTerminatedEvent) in seconds, not after
+	// 5 x 2 s.
 	rc.MaxRetryCount = 2
+	if cfg.ConnectRetries > 0 {
+		rc.MaxRetryCount = cfg.ConnectRetries
+	}
 	rem = remote.NewRemote(sys, rc)
 	defer func() {
 		if r := recover(); r != nil {

@@ -24,14 +24,19 @@ func Forward(ctx actor.Context, to *actor.PID) { ForwardFor(ctx, to, ctx.Sender(
 // future), when it relays the owner's answer to the caller itself. The
 // owner's endpoint accepts a reply address on the caller's host or on the
 // forwarding node's.
-func ForwardFor(ctx actor.Context, to, replyTo *actor.PID) {
+func ForwardFor(ctx actor.Context, to, replyTo *actor.PID) { ctx.Send(to, Envelope(ctx, replyTo)) }
+
+// Envelope is the current message as Forward sends it, with replyTo as
+// its reply address: to send again later (sys.Root.Send) after the
+// handler returned, with another reply address each time.
+func Envelope(ctx actor.Context, replyTo *actor.PID) *actor.MessageEnvelope {
 	var header map[string]string
 	if h := ctx.MessageHeader(); h != nil {
 		header = h.ToMap()
 	}
 	// protoactor's remote process unwraps the envelope (actor.UnwrapEnvelope)
 	// and its endpoint writer sends Header and Sender with the message.
-	ctx.Send(to, &actor.MessageEnvelope{Header: header, Message: ctx.Message(), Sender: replyTo})
+	return &actor.MessageEnvelope{Header: header, Message: ctx.Message(), Sender: replyTo}
 }
 
 // Forwarded reports whether the current message came through another

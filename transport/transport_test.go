@@ -51,10 +51,11 @@ var (
 )
 
 // quiet is an actor system whose protoactor logs go nowhere.
-func quiet() *actor.ActorSystem {
-	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler)
-	}))
+func quiet() *actor.ActorSystem { return actor.NewActorSystem(quietOption()) }
+
+// quietOption sends protoactor's logs nowhere.
+func quietOption() actor.ConfigOption {
+	return actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) })
 }
 
 // eventually polls cond every 5 ms until it holds or waitFor passes.

@@ -147,18 +147,23 @@ func (l *listener) Receive(ctx actor.Context) {
 
 // expire drops a relay whose second side never came.
 func (l *listener) expire(clientToken string) {
+	var gone *pending
 	for tok, p := range l.byToken {
-		if p.exp.ClientToken != clientToken {
-			continue
+		if p.exp.ClientToken == clientToken {
+			delete(l.byToken, tok)
+			gone = p
 		}
-		delete(l.byToken, tok)
-		for _, c := range []net.Conn{p.pair.Client, p.pair.Supervisor} {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		l.log.Warn().Msg("relay: the other side did not arrive in time")
 	}
+	if gone == nil {
+		return // paired in time
+	}
+	for _, c := range []net.Conn{gone.pair.Client, gone.pair.Supervisor} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	l.log.Warn().Str("sandbox", gone.exp.Sandbox).Bool("client_arrived", gone.pair.Client != nil).
+		Bool("supervisor_arrived", gone.pair.Supervisor != nil).Msg("relay: the other side did not arrive in time")
 }
 
 func (l *listener) start(ctx actor.Context) {

@@ -71,7 +71,11 @@ func (a *sandboxesActor) own(ctx actor.Context, name string) {
 }
 
 // disown stops the actor of a sandbox this node no longer owns. Its
-// supervisor and workload keep running: the new owner adopts them.
+// supervisor and workload keep running: the new owner adopts them. The
+// actor stops at the forgotten notice, behind the requests already routed
+// to it (stopping it at once would drop them, and their callers would
+// wait out their timeouts); what it cannot do as a non-owner is refused
+// by the store's fence and answered Unavailable.
 func (a *sandboxesActor) disown(ctx actor.Context, name string) {
 	pid, ok := a.kids[name]
 	if !ok {
@@ -80,7 +84,7 @@ func (a *sandboxesActor) disown(ctx actor.Context, name string) {
 	a.env.Log.Warn().Str("sandbox", name).Msg("no longer owned by this node: its actor stops (the supervisor keeps running)")
 	a.forget(name, pid)
 	a.dying[pid.Id] = name
-	ctx.Stop(pid)
+	ctx.Send(pid, &forgotten{})
 }
 
 // routeCluster answers a request for a sandbox this node does not drive:
@@ -101,7 +105,7 @@ func (a *sandboxesActor) routeCluster(ctx actor.Context, name string) {
 				}
 				transport.Forward(ctx, actor.NewPID(loc.OwnerAPI, target))
 			default:
-				relayToOwner(ctx, actor.NewPID(loc.OwnerAPI, transport.APIActor), loc.OwnerNode, name)
+				a.relayToOwner(ctx, actor.NewPID(loc.OwnerAPI, transport.APIActor), loc.OwnerNode, name)
 			}
 			return
 		}
@@ -195,22 +199,52 @@ func (a *sandboxesActor) createCluster(ctx actor.Context, m *messages.CreateRequ
 	if node == c.Self() || api == "" {
 		return false
 	}
-	relayToOwner(ctx, actor.NewPID(api, transport.APIActor), node, m.Name)
+	a.relayToOwner(ctx, actor.NewPID(api, transport.APIActor), node, m.Name)
 	return true
 }
 
-// relayTimeout bounds waiting for an owner node's answer (a client waits
-// as long).
-const relayTimeout = 30 * time.Second
+// relayTimeout bounds waiting for an owner node's answer. It is shorter
+// than a client's own wait (30 s), so the client gets this node's clear
+// answer, not a bare timeout.
+const relayTimeout = 25 * time.Second
+
+// relayRetry is how long a relayed request that is safe to repeat
+// (idempotent) waits for its answer before it is sent again: an owner
+// answers those in milliseconds, and an answer can be lost in transit
+// when a node restarts on its address (protoactor drops what it queued
+// for an address it cannot reach in time).
+const relayRetry = 3 * time.Second
+
+// relayAttempts bounds how often one idempotent request is sent.
+const relayAttempts = 3
+
+// ownerCheckEvery is how often a relay in flight looks whether the view
+// still names the owner it went to.
+const ownerCheckEvery = 250 * time.Millisecond
+
+// idempotent reports whether a request may be relayed twice: reads, and a
+// relay's one-time tokens (an unused pair expires).
+func idempotent(msg any) bool {
+	switch m := msg.(type) {
+	case *messages.RelayRequest:
+		return true
+	case *messages.SandboxRequest:
+		return m.Verb == messages.Verb_VERB_GET
+	}
+	return false
+}
 
 // relayToOwner forwards the current request (on its caller's behalf) to
 // the API of the node that owns the sandbox, and relays that node's answer
 // to the caller. When the owner's endpoint ends before it answers (it
 // died mid-request), the caller is answered Unavailable at once, instead
-// of waiting for a reply that will never come.
-func relayToOwner(ctx actor.Context, api *actor.PID, owner, name string) {
+// of waiting for a reply that will never come; so is it when the view
+// stops naming that node as the owner. An idempotent request with no
+// answer after relayRetry is sent again (the first answer wins).
+func (a *sandboxesActor) relayToOwner(ctx actor.Context, api *actor.PID, owner, name string) {
 	sys, caller := ctx.ActorSystem(), ctx.Sender()
-	f := actor.NewFuture(sys, relayTimeout)
+	env, retry := transport.Envelope(ctx, nil), idempotent(ctx.Message())
+	log := a.env.Log.With().Str("sandbox", name).Str("owner", owner).Str("request", fmt.Sprintf("%T", ctx.Message())).Logger()
 	lost := make(chan struct{})
 	var once sync.Once
 	sub := sys.EventStream.Subscribe(func(evt any) {
@@ -218,25 +252,59 @@ func relayToOwner(ctx actor.Context, api *actor.PID, owner, name string) {
 			once.Do(func() { close(lost) })
 		}
 	})
-	transport.ForwardFor(ctx, api, f.PID())
+	type result struct {
+		res any
+		err error
+	}
+	answers := make(chan result, 4)
+	send := func(wait time.Duration) {
+		f := actor.NewFuture(sys, wait)
+		e := *env
+		e.Sender = f.PID()
+		sys.Root.Send(api, &e)
+		go func() { res, err := f.Result(); answers <- result{res, err} }()
+	}
+	start := time.Now()
+	send(relayTimeout)
+	// While the view names this owner, a change (it lost its lease, another
+	// node took over) means its answer may never come: say so at once.
+	c, watchOwner := a.env.Cluster, a.env.Cluster.Locate(name).OwnerNode == owner
 	go func() {
 		defer sys.EventStream.Unsubscribe(sub)
-		type result struct {
-			res any
-			err error
+		view := time.NewTicker(ownerCheckEvery)
+		defer view.Stop()
+		var again <-chan time.Time
+		if retry {
+			t := time.NewTicker(relayRetry)
+			defer t.Stop()
+			again = t.C
 		}
-		done := make(chan result, 1)
-		go func() { res, err := f.Result(); done <- result{res, err} }()
+		pending, sent := 1, 1
 		var reply any
-		select {
-		case r := <-done:
-			reply = r.res
-			if r.err != nil {
-				reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s did not answer (%v); the request may or may not have been carried out: check with get, then retry", name, owner, r.err))
+		for reply == nil {
+			select {
+			case r := <-answers:
+				pending--
+				if r.err == nil {
+					reply = r.res
+				} else if pending == 0 && (!retry || sent == relayAttempts || time.Since(start) >= relayTimeout-relayRetry) {
+					reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s did not answer (%v); the request may or may not have been carried out: check with get, then retry", name, owner, r.err))
+				}
+			case <-again:
+				if left := relayTimeout - time.Since(start); left > time.Second && sent < relayAttempts {
+					log.Warn().Int("attempt", sent+1).Msg("no answer yet from the owner node; asking again (the request is safe to repeat)")
+					send(left)
+					pending, sent = pending+1, sent+1
+				}
+			case <-lost:
+				reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s went away before it answered; the request may or may not have been carried out: check with get, then retry (another node takes the sandbox over within seconds)", name, owner))
+			case <-view.C:
+				if now := c.Locate(name).OwnerNode; watchOwner && now != owner {
+					reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner changed from node %s to %s before it answered; the request may or may not have been carried out: check with get, then retry", name, owner, orDash(now)))
+				}
 			}
-		case <-lost:
-			reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s went away before it answered; the request may or may not have been carried out: check with get, then retry (another node takes the sandbox over within seconds)", name, owner))
 		}
+		log.Debug().Int("attempts", sent).Dur("took", time.Since(start)).Msg("owner node's answer relayed")
 		if caller != nil {
 			sys.Root.Send(caller, reply)
 		}

@@ -44,8 +44,10 @@ type (
 		name string
 		pid  *actor.PID
 	}
-	// forgotten: the parent no longer routes to a deleted sandbox actor,
-	// which may stop now.
+	// forgotten: the parent no longer routes to a sandbox actor (its
+	// sandbox deleted, or owned by another node now), which stops when it
+	// gets this: after every request the parent routed to it before, so
+	// none is dropped unanswered.
 	forgotten struct{}
 	// actionDone reports a stop, kill or delete carried out off the actor.
 	actionDone struct {

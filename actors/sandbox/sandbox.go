@@ -73,6 +73,8 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.children = supervise.NewCounters()
 		a.start(ctx)
+	case *forgotten:
+		ctx.Stop(ctx.Self()) // disowned: the requests queued before are answered
 	case *messages.SandboxRequest:
 		if a.fromClient(ctx) {
 			a.verb(ctx, m)

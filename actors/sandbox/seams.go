@@ -75,7 +75,9 @@ func bounded(d time.Duration) (context.Context, context.CancelFunc) {
 
 // Cluster is the node's view of its cluster of gateway nodes; nil on a
 // single node (the embedded default), where this node drives every
-// sandbox in its store. The gateway adapts package cluster to it.
+// sandbox in its store. The gateway adapts package cluster to it. Its
+// methods are safe to call from any goroutine (a relay in flight checks
+// Locate).
 type Cluster interface {
 	// Self is this node's name.
 	Self() string
