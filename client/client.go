@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -175,13 +174,7 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 	// A gateway that dies mid-request ends the connection: fail at once
 	// instead of waiting out the timeout.
 	lost := make(chan struct{})
-	var once sync.Once
-	sub := c.sys.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == c.addr {
-			once.Do(func() { close(lost) })
-		}
-	})
-	defer c.sys.EventStream.Unsubscribe(sub)
+	defer transport.OnEndpointEnded(c.sys, c.addr, func() { close(lost) })()
 	f := c.sys.Root.RequestFuture(c.api, msg, timeout)
 	type result struct {
 		res any

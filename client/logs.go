@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
@@ -66,13 +65,7 @@ func (c *Client) Logs(ctx context.Context, req *messages.LogsRequest, each func(
 	defer c.sys.Root.Stop(pid)
 
 	lost := make(chan struct{})
-	var lostOnce sync.Once
-	sub := c.sys.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == c.addr {
-			lostOnce.Do(func() { close(lost) })
-		}
-	})
-	defer c.sys.EventStream.Unsubscribe(sub)
+	defer transport.OnEndpointEnded(c.sys, c.addr, func() { close(lost) })()
 
 	// acked is the stream's id and last acknowledged batch, repeated by
 	// the keepalive while each is busy.

@@ -2,11 +2,9 @@ package sandbox
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stockade-dev/stockade/errdefs"
@@ -246,12 +244,7 @@ func (a *sandboxesActor) relayToOwner(ctx actor.Context, api *actor.PID, owner, 
 	env, retry := transport.Envelope(ctx, nil), idempotent(ctx.Message())
 	log := a.env.Log.With().Str("sandbox", name).Str("owner", owner).Str("request", fmt.Sprintf("%T", ctx.Message())).Logger()
 	lost := make(chan struct{})
-	var once sync.Once
-	sub := sys.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == api.Address {
-			once.Do(func() { close(lost) })
-		}
-	})
+	unsub := transport.OnEndpointEnded(sys, api.Address, func() { close(lost) })
 	type result struct {
 		res any
 		err error
@@ -270,7 +263,7 @@ func (a *sandboxesActor) relayToOwner(ctx actor.Context, api *actor.PID, owner, 
 	// node took over) means its answer may never come: say so at once.
 	c, watchOwner := a.env.Cluster, a.env.Cluster.Locate(name).OwnerNode == owner
 	go func() {
-		defer sys.EventStream.Unsubscribe(sub)
+		defer unsub()
 		view := time.NewTicker(ownerCheckEvery)
 		defer view.Stop()
 		var again <-chan time.Time

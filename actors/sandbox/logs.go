@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/eventstream"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/rs/zerolog"
 
@@ -136,7 +134,7 @@ type logStream struct {
 	why        string        // why the stream ends early (logs)
 	credit     chan struct{} // one per batch the reader may still read
 	done       chan struct{} // closed when the stream stops: the reader ends
-	sub        *eventstream.Subscription
+	unsub      func()        // ends the watch on the client's endpoint
 	cancel     scheduler.CancelFunc
 }
 
@@ -165,11 +163,7 @@ func (s *logStream) Receive(ctx actor.Context) {
 		}
 		s.done = make(chan struct{})
 		sys, self := ctx.ActorSystem(), ctx.Self()
-		s.sub = sys.EventStream.Subscribe(func(evt any) {
-			if e, ok := evt.(*remote.EndpointTerminatedEvent); ok && e.Address == s.to.Address {
-				sys.Root.Send(self, &logsClientGone{})
-			}
-		})
+		s.unsub = transport.OnEndpointEnded(sys, s.to.Address, func() { sys.Root.Send(self, &logsClientGone{}) })
 		s.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(time.Second, time.Second, self, &logsCheck{})
 		go readLogs(s.dir, s.opts, s.credit, s.done, func(r *logsRead) { sys.Root.Send(self, r) })
 	case *logsRead:
@@ -216,8 +210,8 @@ func (s *logStream) Receive(ctx actor.Context) {
 		if s.cancel != nil {
 			s.cancel()
 		}
-		if s.sub != nil {
-			ctx.ActorSystem().EventStream.Unsubscribe(s.sub)
+		if s.unsub != nil {
+			s.unsub()
 		}
 		if s.ended {
 			return
