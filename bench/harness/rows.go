@@ -264,12 +264,17 @@ func benchTarget(pkg, name string) (maxNs float64, label string) {
 	return 0, ""
 }
 
+// skipBenches are Go benchmarks the table does not run: e2e's
+// BenchmarkCluster (etcd and three gateway nodes over hundreds of
+// sandboxes, minutes per run) is run on its own by make bench-cluster.
+const skipBenches = "^BenchmarkCluster$"
+
 // goBenchRows runs the Go benchmarks of pkg and makes one row of each.
 func (h *harness) goBenchRows(ctx context.Context, pkg string) []Row {
 	h.cfg.Log.Info().Str("pkg", pkg).Msg("go benchmarks")
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
-	out, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "test", "-run", "^$", "-bench", ".",
+	out, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "test", "-run", "^$", "-bench", ".", "-skip", skipBenches,
 		"-benchtime", h.cfg.BenchTime, "-count", strconv.Itoa(h.cfg.Runs), "-timeout", "15m", pkg)
 	benches := parseGoBench(out)
 	if err != nil {
