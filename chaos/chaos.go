@@ -340,7 +340,7 @@ func (r *runner) shutdown(ctx context.Context) {
 	}
 	r.w.stopGateway()
 	if r.w.cl != nil {
-		r.w.cl.etcd.stop()
+		_ = r.w.cl.etcd.Stop()
 	}
 	var left []string
 	for time.Now().Before(deadline) {

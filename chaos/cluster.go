@@ -243,9 +243,11 @@ func (r *runner) clusterFault(ctx context.Context, s Step) error {
 		err = r.w.resumeNode(i)
 	case KindEtcdKill:
 		name = "etcd"
-		r.w.cl.etcd.kill()
+		if err = r.w.cl.etcd.Kill(); err != nil {
+			break
+		}
 		for_(time.Duration(s.N) * time.Second)
-		err = r.w.cl.etcd.restart(ctx)
+		err = r.w.cl.etcd.Restart(ctx)
 	case KindEtcdCut:
 		var i int
 		i, moved = r.busiest(ctx, s.Target)

@@ -8,15 +8,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TLSFiles are a test etcd's TLS material: a CA, the server's certificate
@@ -77,17 +74,7 @@ func StartTLS(t testing.TB) *Server {
 	})
 	files.OtherCert, files.OtherKey = paths(dir, "other")
 	makeCert(t, dir, "other", other, otherKey, func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} })
-	s := &Server{
-		bin:      testenv.NeedTool(t, "etcd", "etcd-server"),
-		Endpoint: fmt.Sprintf("https://127.0.0.1:%d", FreePort(t)),
-		peer:     fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
-		dataDir:  t.TempDir(),
-		out:      &testenv.Buffer{},
-		TLS:      files,
-	}
-	s.start(t, "new")
-	t.Cleanup(func() { s.Stop(t) })
-	return s
+	return start(t, files)
 }
 
 func paths(dir, name string) (string, string) {
