@@ -15,6 +15,18 @@ import (
 	"github.com/stockade-dev/stockade/transport"
 )
 
+// restartInCluster stops the sandboxes actor, makes this node a cluster
+// node with c, and starts a new sandboxes actor (the env changes only
+// while no actor reads it).
+func (w *world) restartInCluster(c Cluster) {
+	w.t.Helper()
+	if err := w.sys.Root.StopFuture(w.boxes).Wait(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.env.Cluster = c
+	w.boxes = w.spawnBoxes()
+}
+
 // elsewhere is a Cluster seam where every sandbox exists and is owned by
 // node n2 (whose API is at ownerAddr) until moved says otherwise.
 type elsewhere struct{ moved *atomic.Bool }
@@ -87,8 +99,7 @@ func TestRelayRetriesIdempotent(t *testing.T) {
 		return nil, false
 	})
 	moved := &atomic.Bool{}
-	w.env.Cluster = elsewhere{moved: moved}
-	w.restartGateway()
+	w.restartInCluster(elsewhere{moved: moved})
 
 	start := time.Now()
 	res, err := w.sys.Root.RequestFuture(w.boxes, &messages.RelayRequest{Name: "a"}, 10*time.Second).Result()
@@ -152,8 +163,7 @@ func TestDisownAnswersQueued(t *testing.T) {
 	w := newWorld(t)
 	w.ready("a")
 	lost := &atomic.Bool{}
-	w.env.Cluster = ownedHere{elsewhere: elsewhere{moved: &atomic.Bool{}}, lost: lost}
-	w.restartGateway()
+	w.restartInCluster(ownedHere{elsewhere: elsewhere{moved: &atomic.Bool{}}, lost: lost})
 	w.waitFor("the node's actor drives a again", func() bool { return w.get("a").Status == messages.Status_STATUS_OK })
 
 	// A stop whose write takes a second keeps the actor busy; gets queue
