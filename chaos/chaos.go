@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -208,7 +209,13 @@ func Run(ctx context.Context, o Options) (_ *Report, err error) {
 		rep.Goroutines = [2]int{baseG, g}
 		r.check("no-goroutine-leak", 1)
 		if g > limit {
-			r.violate("no-goroutine-leak", "gateway goroutines idle before %d, after %d (lowest in 30 s; limit %d)", baseG, g, limit)
+			why := "the stacks: goroutines-NODE.txt in the run dir"
+			if top, err := w.goroutineDump(ctx, w.dir); err != nil {
+				why = fmt.Sprintf("no stacks: %v", err)
+			} else {
+				why = "largest groups: " + strings.Join(top, "; ") + " (all in goroutines-NODE.txt in the run dir)"
+			}
+			r.violate("no-goroutine-leak", "gateway goroutines idle before %d, after %d (lowest in 30 s; limit %d); %s", baseG, g, limit, why)
 		}
 	}
 	// A graceful gateway restart: the persisted state must bring every

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -475,4 +476,66 @@ func (w *world) close() {
 	if w.cl != nil {
 		w.cl.close()
 	}
+}
+
+// goroutineDump fetches every node's grouped goroutine stacks (the
+// gateway's /debug/goroutines, served with --chaos), writes them to
+// dir/goroutines-NODE.txt and returns the largest groups as one line
+// each: "COUNT first-frame-function".
+func (w *world) goroutineDump(ctx context.Context, dir string) ([]string, error) {
+	var top []string
+	for i := range w.gws {
+		w.mu.Lock()
+		addr, name := w.gws[i].metrics, w.gws[i].name
+		w.mu.Unlock()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/goroutines", nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("%s goroutine dump: %w", name, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s goroutine dump: %w", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "goroutines-"+name+".txt"), b, 0o644); err != nil {
+			return nil, fmt.Errorf("%s goroutine dump: %w", name, err)
+		}
+		for _, g := range largestGroups(string(b), 5) {
+			top = append(top, name+": "+g)
+		}
+	}
+	return top, nil
+}
+
+// largestGroups reads a goroutine profile at debug=1 (groups of "N @
+// addresses" then "#\taddr\tfunction+off\tfile:line" frames) and returns
+// the n largest groups as "N function-of-the-first-frame".
+func largestGroups(profile string, n int) []string {
+	type group struct {
+		count int
+		fn    string
+	}
+	var groups []group
+	for _, line := range strings.Split(profile, "\n") {
+		if head, _, ok := strings.Cut(line, " @ "); ok {
+			if count, err := strconv.Atoi(head); err == nil {
+				groups = append(groups, group{count, "?"})
+			}
+			continue
+		}
+		// The group's first frame: "#\t0xADDR\tfunction+0xOFF\tfile:line".
+		if fields := strings.Fields(line); len(groups) > 0 && groups[len(groups)-1].fn == "?" && len(fields) >= 3 && fields[0] == "#" {
+			groups[len(groups)-1].fn, _, _ = strings.Cut(fields[2], "+0x")
+		}
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i].count > groups[j].count })
+	var out []string
+	for i := 0; i < len(groups) && i < n; i++ {
+		out = append(out, fmt.Sprintf("%d %s", groups[i].count, groups[i].fn))
+	}
+	return out
 }

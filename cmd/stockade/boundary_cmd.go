@@ -257,6 +257,13 @@ func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, er
 // serveMetrics serves /metrics with the given collectors until stop is
 // called; bound is the address it listens on.
 func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (bound string, stop func(), err error) {
+	return serveMetricsMux(addr, log, false, cs...)
+}
+
+// serveMetricsMux is serveMetrics; with goroutines (a gateway run with
+// --chaos only) it also serves /debug/goroutines, every goroutine's
+// stack grouped (what the chaos harness keeps when its leak check fails).
+func serveMetricsMux(addr string, log zerolog.Logger, goroutines bool, cs ...prometheus.Collector) (bound string, stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -269,6 +276,11 @@ func serveMetrics(addr string, log zerolog.Logger, cs ...prometheus.Collector) (
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if goroutines {
+		mux.HandleFunc("/debug/goroutines", func(w http.ResponseWriter, _ *http.Request) {
+			_ = pprof.Lookup("goroutine").WriteTo(w, 1)
+		})
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -87,7 +87,7 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 					cfg.ClusterStats = cluster.NewStats()
 					cs = append(cs, cfg.ClusterStats)
 				}
-				bound, stopMetrics, err := serveMetrics(metricsAddr, cfg.Log, cs...)
+				bound, stopMetrics, err := serveMetricsMux(metricsAddr, cfg.Log, chaos, cs...)
 				if err != nil {
 					return &exitError{exitFailure, err}
 				}
