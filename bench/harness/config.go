@@ -84,11 +84,12 @@ network_policies:
 `
 
 // tinyproxyConf: loopback only, CONNECT limited to the upstream ports,
-// enough clients for 64 workers, errors only, logged under the run dir.
+// enough clients for 64 workers and for the 1,000 tunnels the memory rows
+// hold open (maxHold), errors only, logged under the run dir.
 const tinyproxyConf = `Port %d
 Listen 127.0.0.1
 Timeout 30
-MaxClients 512
+MaxClients 1100
 Allow 127.0.0.1
 ConnectPort %d
 ConnectPort %d

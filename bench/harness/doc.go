@@ -1,11 +1,23 @@
-// Package harness owns the driver behind `make bench`: it builds stockade
-// and the load generator, starts stockade's standalone boundary and its
-// peers (tinyproxy for the HTTP CONNECT proxy, dnsmasq for DNS) on
-// 127.0.0.1, runs every measurement several times (loadgen tunnels and
-// bulk loads, dnsperf, the Go benchmarks of policy and identity), takes
-// medians and renders one table with targets and pass/miss.
+// Package harness owns the drivers behind `make bench` and `make
+// bench-soak`.
+//
+// Run (bench/cmd/benchtable) builds stockade and the load generator,
+// starts stockade's standalone boundary and its peers (tinyproxy for the
+// HTTP CONNECT proxy, dnsmasq for DNS) on 127.0.0.1 and, as root, a
+// gateway with one sandbox whose workload runs the loads inside it
+// through its supervisor's boundary; it reads each server's RSS idle and
+// with 1,000 tunnels held open, runs every measurement several times
+// (loadgen tunnels and bulk loads, dnsperf, the Go benchmarks of policy
+// and identity) interleaving the systems, takes medians and renders one
+// table with targets and pass/miss.
+//
+// Soak (bench/cmd/benchsoak) runs a tunnels load through the standalone
+// boundary for minutes, samples its RSS at a fixed interval and judges
+// the growth by SoakRule.
 //
 // It installs nothing: missing tools are reported with the Debian package
 // that provides them. Every process it starts is in its own process group
-// and is killed when Run returns, on error and on cancellation too.
+// and is killed when Run or Soak returns, on error and on cancellation
+// too; the sandbox is deleted and any supervisor of the harness's own
+// gateway state dir is killed.
 package harness

@@ -60,24 +60,46 @@ func parseGoBench(out []byte) []*goBench {
 }
 
 // p99Ns returns the median of the benchmark's p99 metric in nanoseconds:
-// the first unit containing "p99", scaled by its suffix (ns default, us or
-// µs, ms).
+// the first unit containing "p99", scaled by its time suffix (see
+// durationUnit; a unit without one is taken as nanoseconds).
 func (b *goBench) p99Ns() (float64, bool) {
 	for _, u := range b.Units {
-		lu := strings.ToLower(u)
-		if !strings.Contains(lu, "p99") {
+		if !strings.Contains(strings.ToLower(u), "p99") {
 			continue
 		}
 		scale := 1.0
-		switch {
-		case strings.HasSuffix(lu, "ms"):
-			scale = 1e6
-		case strings.HasSuffix(lu, "us"), strings.HasSuffix(lu, "µs"):
-			scale = 1e3
+		if _, s, ok := durationUnit(u); ok {
+			scale = s
 		}
 		return median(b.Values[u]) * scale, true
 	}
 	return 0, false
+}
+
+// durationUnit reads a custom benchmark unit that is a duration: a label,
+// a separator ('-', '_' or '.') and a time unit (ns, us, µs, μs, ms, s),
+// optionally followed by "/op": "p99-ns", "p50_us", "p99-µs/op". It returns
+// the label and the factor to nanoseconds; ok is false for other units
+// (ns/op, B/op, allocs/op, host-tcp, ...).
+func durationUnit(u string) (label string, scale float64, ok bool) {
+	base := strings.TrimSuffix(u, "/op")
+	i := strings.LastIndexAny(base, "-_.")
+	if i <= 0 {
+		return "", 0, false
+	}
+	switch strings.ToLower(base[i+1:]) {
+	case "ns":
+		scale = 1
+	case "us", "µs", "μs":
+		scale = 1e3
+	case "ms":
+		scale = 1e6
+	case "s":
+		scale = 1e9
+	default:
+		return "", 0, false
+	}
+	return base[:i], scale, true
 }
 
 // median of values (0 for none); values is not modified.

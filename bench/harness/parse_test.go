@@ -117,6 +117,12 @@ func TestBenchTarget(t *testing.T) {
 		{"./policy/", "BenchmarkDecide1000EndpointsUncached", 20e3},
 		{"./policy/", "BenchmarkParse", 0},
 		{"./policy/", "BenchmarkDecide10Endpoints", 0},
+		{"./policy/", "BenchmarkDecide10000Endpoints", 0},
+		{"./policy/", "BenchmarkDecide/endpoints=1000/cache=on", 1e3},
+		{"./policy/", "BenchmarkDecide/endpoints=1000/cache=off", 20e3},
+		{"./policy/", "BenchmarkDecide/1000/warm", 1e3},
+		{"./policy/", "BenchmarkDecide/1000/cold", 20e3},
+		{"./policy/", "BenchmarkDecide1000EndpointsPermissive", 20e3},
 		{"./boundary/identity/", "BenchmarkSocketStep/sockets=18000/sock_diag", 10e3},
 		{"./boundary/identity/", "BenchmarkSocketStep/sockets=2000/proc_net_tcp", 0},
 		{"./boundary/identity/", "BenchmarkWholeLookup/chain=50/warm", 0},
@@ -175,6 +181,48 @@ func TestVerdictString(t *testing.T) {
 	for v, want := range map[Verdict]string{Info: "-", Pass: "pass", Miss: "MISS", NotRun: "n/a", Verdict(9): "Verdict(9)"} {
 		if v.String() != want {
 			t.Errorf("%d: %q, want %q", int(v), v.String(), want)
+		}
+	}
+}
+
+func TestDurationUnit(t *testing.T) {
+	for _, c := range []struct {
+		unit, label string
+		scale       float64
+		ok          bool
+	}{
+		{"p99-ns", "p99", 1, true},
+		{"p50_us", "p50", 1e3, true},
+		{"p99-µs/op", "p99", 1e3, true},
+		{"p99.ms", "p99", 1e6, true},
+		{"p99-s", "p99", 1e9, true},
+		{"ns/op", "", 0, false},
+		{"host-tcp", "", 0, false},
+		{"allocs/op", "", 0, false},
+		{"-ns", "", 0, false},
+	} {
+		label, scale, ok := durationUnit(c.unit)
+		if label != c.label || scale != c.scale || ok != c.ok {
+			t.Errorf("%q: %q %v %v, want %q %v %v", c.unit, label, scale, ok, c.label, c.scale, c.ok)
+		}
+	}
+	// A p99 metric reported in µs per op is judged in ns.
+	b := parseGoBench([]byte("BenchmarkDecide1000Endpoints-2  100  25000 ns/op  12.5 p99-us/op\n"))
+	if len(b) != 1 {
+		t.Fatalf("parsed %d benchmarks", len(b))
+	}
+	if p99, ok := b[0].p99Ns(); !ok || p99 != 12500 {
+		t.Fatalf("p99 = %v %v, want 12500 ns", p99, ok)
+	}
+}
+
+func TestHasNumber(t *testing.T) {
+	for s, want := range map[string]bool{
+		"decide1000endpoints": true, "decide/endpoints=1000": true, "1000": true,
+		"decide10000endpoints": false, "decide11000": false, "decide100": false,
+	} {
+		if hasNumber(s, "1000") != want {
+			t.Errorf("hasNumber(%q, 1000) = %v, want %v", s, !want, want)
 		}
 	}
 }

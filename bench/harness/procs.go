@@ -1,10 +1,12 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -162,9 +164,17 @@ func tail(path string, n int) string {
 // the group when ctx ends, and returns its stdout. A non-zero exit is an
 // error carrying the tail of stderr.
 func runCmd(ctx context.Context, dir, path string, args ...string) ([]byte, error) {
+	return runCmdEnv(ctx, dir, nil, path, args...)
+}
+
+// runCmdEnv is runCmd with env added to the harness's environment.
+func runCmdEnv(ctx context.Context, dir string, env []string, path string, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -184,31 +194,88 @@ func runCmd(ctx context.Context, dir, path string, args ...string) ([]byte, erro
 const clockTicks = 100
 
 // procCPU returns the CPU time used by a process: utime+stime of all its
-// threads plus that of its reaped children (fields 14-17 of
-// /proc/<pid>/stat).
-func procCPU(pid int) (time.Duration, error) {
+// threads and, with children, that of its reaped children too (fields
+// 14-15, and 16-17, of /proc/<pid>/stat).
+func procCPU(pid int, children bool) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, fmt.Errorf("read cpu time: %w", err)
 	}
-	// The command name may contain spaces; fields restart after ")".
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("read cpu time of %d: malformed stat", pid)
+	ticks, err := parseStatTicks(b, children)
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time of %d: %w", pid, err)
 	}
-	f := strings.Fields(string(b[i+1:]))
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// parseStatTicks sums utime and stime (and cutime and cstime with
+// children) of a /proc/<pid>/stat line, in clock ticks.
+func parseStatTicks(stat []byte, children bool) (int64, error) {
+	// The command name may contain spaces; fields restart after ")".
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 15 {
-		return 0, fmt.Errorf("read cpu time of %d: %d fields", pid, len(f))
+		return 0, fmt.Errorf("%d fields in stat", len(f))
+	}
+	last := 13 // fields 14 and 15, counting pid as 1
+	if children {
+		last = 15 // and 16, 17
 	}
 	var ticks int64
-	for _, s := range f[11:15] { // fields 14..17, counting pid as 1
+	for _, s := range f[11:last] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("read cpu time of %d: %w", pid, err)
+			return 0, fmt.Errorf("stat field %q: %w", s, err)
 		}
 		ticks += v
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return ticks, nil
+}
+
+// streamCmd runs a short-lived command like runCmd but hands each line of
+// its stdout to onLine as it comes (a line longer than 1 MiB is an error).
+// An error from onLine stops the command.
+func streamCmd(ctx context.Context, dir, path string, args []string, onLine func([]byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Dir = dir
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var lineErr error
+	for lineErr == nil && sc.Scan() {
+		lineErr = onLine(sc.Bytes())
+	}
+	if lineErr != nil {
+		cancel()
+	} else if err := sc.Err(); err != nil {
+		lineErr = fmt.Errorf("%s: read stdout: %w", filepath.Base(path), err)
+		cancel()
+	}
+	_, _ = io.Copy(io.Discard, out) // let Wait reap a killed command
+	if err := cmd.Wait(); err != nil && lineErr == nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 600 {
+			msg = "..." + msg[len(msg)-600:]
+		}
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, msg)
+	}
+	return lineErr
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

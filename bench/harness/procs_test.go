@@ -14,16 +14,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// alive says whether pid is a live (not zombie) process.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && !strings.HasPrefix(string(b[i+1:]), " Z")
-}
-
 // TestStopAllKillsGroup: a server's background child, which ignores
 // SIGTERM, is gone after stopAll.
 func TestStopAllKillsGroup(t *testing.T) {
@@ -114,7 +104,7 @@ func TestDNSPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dm.srv = srv
+	dm.srv, dm.pid = srv, srv.pid()
 	if err := srv.waitFor(context.Background(), 10*time.Second, func() error { return h.checkDNS(dm.dns) }); err != nil {
 		t.Fatal(err)
 	}

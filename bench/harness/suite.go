@@ -35,6 +35,9 @@ type Config struct {
 	BenchTime      string        // go test -benchtime
 	BenchPkgs      []string      // packages whose Go benchmarks join the table
 	StockadeArgs   []string      // extra arguments for `stockade boundary serve`
+	Sandbox        bool          // measure the sandbox system too (a gateway and a sandbox; needs root)
+	HoldTunnels    int           // tunnels held open for the RSS rows (<= the boundary's --max-conns, 1024)
+	HoldFor        time.Duration // how long they are held
 	Keep           bool          // keep the run dir (configs, logs)
 	Log            zerolog.Logger
 }
@@ -45,31 +48,41 @@ func DefaultConfig() Config {
 		RepoDir: ".", Duration: 10 * time.Second, Runs: 3, Concurrency: []int{1, 16, 64},
 		Identity: "netlink", Audit: true, Binary: "/**", DNSNames: 100,
 		DNSClients: 4, DNSThreads: 1, DNSOutstanding: 100, BenchTime: "1s",
+		Sandbox: true, HoldTunnels: 1000, HoldFor: 5 * time.Second,
 		BenchPkgs: []string{"./policy/", "./boundary/identity/", "./client/", "./cmd/stockade/", "./e2e/"}, Log: zerolog.Nop(),
 	}
 }
 
-// Quick turns c into a smoke-test configuration: 2 s measurements, 1 run.
+// Quick turns c into a smoke-test configuration: 2 s measurements, 1 run,
+// tunnels held 3 s.
 func (c Config) Quick() Config {
-	c.Duration, c.Runs, c.BenchTime = 2*time.Second, 1, "100ms"
+	c.Duration, c.Runs, c.BenchTime, c.HoldFor = 2*time.Second, 1, "100ms", 3*time.Second
 	return c
 }
 
-// system is one thing measured: stockade, a peer, or the direct path.
+// system is one thing measured: stockade's standalone boundary, its
+// boundary in a sandbox's supervisor, a peer, or the direct path.
 type system struct {
 	name  string
-	srv   *server // nil for direct
-	proxy string  // HTTP proxy address; "" for direct and DNS-only systems
+	srv   *server // the server process the harness started; nil for direct and the sandbox
+	pid   int     // the process whose CPU and RSS are the system's (srv's, the supervisor's); 0 for direct
+	proxy string  // HTTP proxy address as its clients dial it; "" for direct and DNS-only systems
 	dns   string  // DNS address; "" when not a DNS server
 	host  string  // host part of CONNECT targets
 	why   string  // non-empty: not measured, and why
+	// inSandbox: the loads run inside the harness's sandbox through
+	// `stockade sandbox exec`, and only the supervisor's own CPU counts
+	// (not that of the workload processes it reaps).
+	inSandbox bool
 }
 
+// cpu is the CPU time the system's process has used so far (0 when there
+// is none or it is gone).
 func (s *system) cpu() time.Duration {
-	if s.srv == nil {
+	if s.pid == 0 {
 		return 0
 	}
-	d, err := procCPU(s.srv.pid())
+	d, err := procCPU(s.pid, !s.inSandbox)
 	if err != nil {
 		return 0
 	}
@@ -96,12 +109,14 @@ type harness struct {
 	sinkPort int
 	files    files
 
-	stockade, tinyproxy, dnsmasq, direct *system
+	stockade, sandbox, tinyproxy, dnsmasq, direct *system
+	gw                                            *gatewayRun // the sandbox's gateway; nil when not started
 
 	tunnels map[string][]tunnelRun // by system/c
 	bulk    map[string][]loadgen.BulkResult
 	dnsRuns map[string][]dnsRun
-	failed  map[string][]string // measurement failures by system
+	rss     map[string]*rssResult // by system
+	failed  map[string][]string   // measurement failures by system
 	notes   []string
 }
 
@@ -114,6 +129,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Runs < 1 || cfg.Duration <= 0 || len(cfg.Concurrency) == 0 {
 		return nil, fmt.Errorf("bench config: runs %d, duration %s and concurrency %v must be positive", cfg.Runs, cfg.Duration, cfg.Concurrency)
+	}
+	if cfg.HoldTunnels < 0 || cfg.HoldTunnels > maxHold || (cfg.HoldTunnels > 0 && cfg.HoldFor <= 0) {
+		return nil, fmt.Errorf("bench config: hold %d tunnels for %s: want 0..%d (the boundary's default --max-conns) and a positive time",
+			cfg.HoldTunnels, cfg.HoldFor, maxHold)
 	}
 	if cfg.RepoDir, err = filepath.Abs(cfg.RepoDir); err != nil {
 		return nil, fmt.Errorf("bench config: repo dir: %w", err)
@@ -133,17 +152,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	h := &harness{
 		cfg: cfg, tools: tools, dir: dir, srvs: &servers{dir: dir, log: cfg.Log},
 		stockade:  &system{name: "stockade", host: upstreamName},
+		sandbox:   &system{name: "sandbox", host: upstreamName, inSandbox: true},
 		tinyproxy: &system{name: "tinyproxy", host: "127.0.0.1"},
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct", host: "127.0.0.1"},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
-		dnsRuns: map[string][]dnsRun{}, failed: map[string][]string{},
+		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
 	defer h.srvs.stopAll()
+	defer h.stopSandbox(ctx) // before the gateway is stopped with the rest
 	if err := h.setup(ctx); err != nil {
 		return nil, err
 	}
+	h.measureIdleRSS(ctx, false)
+	h.measureHeldRSS(ctx)
 	h.measure(ctx)
+	h.measureIdleRSS(ctx, true)
+	h.stopSandbox(ctx)
 	h.srvs.stopAll() // the Go benchmarks get the CPUs to themselves
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bench interrupted: %w", err)
@@ -161,22 +186,11 @@ func (h *harness) note(format string, args ...any) {
 }
 
 func (h *harness) setup(ctx context.Context) error {
-	log := h.cfg.Log
-	h.loadgen = filepath.Join(h.dir, "loadgen")
-	log.Info().Msg("building loadgen")
-	if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", h.loadgen, "./bench/cmd/loadgen"); err != nil {
-		return fmt.Errorf("build loadgen: %w", err)
+	stockadeBin, err := h.build(ctx)
+	if err != nil {
+		return err
 	}
-	stockadeBin := h.cfg.Stockade
-	if stockadeBin == "" {
-		stockadeBin = filepath.Join(h.dir, "stockade")
-		log.Info().Msg("building stockade")
-		if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", stockadeBin, "./cmd/stockade"); err != nil {
-			h.stockade.why = "not built"
-			h.note("stockade not built: %s", oneLine(err.Error()))
-		}
-	}
-	if err := h.startUpstream(ctx); err != nil {
+	if err := h.startUpstream(ctx, 4*time.Hour); err != nil {
 		return err
 	}
 	ports := make([]int, 4)
@@ -188,7 +202,6 @@ func (h *harness) setup(ctx context.Context) error {
 		ports[i] = p
 	}
 	tpPort, dmPort, skProxy, skDNS := ports[0], ports[1], ports[2], ports[3]
-	var err error
 	h.files, err = writeFiles(fileParams{
 		dir: h.dir, names: h.cfg.DNSNames, echoPort: h.echoPort, sinkPort: h.sinkPort,
 		binary: h.cfg.Binary, tinyproxyPort: tpPort,
@@ -201,14 +214,15 @@ func (h *harness) setup(ctx context.Context) error {
 	h.dnsmasq.dns = fmt.Sprintf("127.0.0.1:%d", dmPort)
 	h.startServer(ctx, h.dnsmasq, h.tools.Path["dnsmasq"], dnsmasqArgs(dmPort, h.files.hosts)...)
 	if h.stockade.why == "" {
-		h.stockade.proxy = fmt.Sprintf("127.0.0.1:%d", skProxy)
-		h.stockade.dns = fmt.Sprintf("127.0.0.1:%d", skDNS)
-		args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.stockade.proxy,
-			"--dns", h.stockade.dns, "--hosts", h.files.hosts, "--identity", h.cfg.Identity, "--allow-loopback-upstream"}
-		if h.cfg.Audit {
-			args = append(args, "--audit", filepath.Join(h.dir, "audit.jsonl"))
-		}
-		h.startServer(ctx, h.stockade, stockadeBin, append(args, h.cfg.StockadeArgs...)...)
+		h.startStockade(ctx, stockadeBin, skProxy, skDNS)
+	}
+	switch {
+	case h.stockade.why == "not built":
+		h.sandbox.why = "not built"
+	case h.cfg.Sandbox:
+		h.startSandbox(ctx, stockadeBin)
+	default:
+		h.sandbox.why = sandboxOff
 	}
 	if h.tinyproxy.why != "" || h.dnsmasq.why != "" {
 		return fmt.Errorf("peers did not start: tinyproxy: %s; dnsmasq: %s", orOK(h.tinyproxy.why), orOK(h.dnsmasq.why))
@@ -233,9 +247,46 @@ func firstLine(s string) string {
 	return line
 }
 
-// startUpstream runs `loadgen upstream` and reads its addresses.
-func (h *harness) startUpstream(ctx context.Context) error {
-	srv, err := h.srvs.start("upstream", h.loadgen, "upstream", "-lifetime", "4h")
+// build builds loadgen (static: the sandbox runs it too) and, unless
+// cfg.Stockade names one, stockade. It returns the stockade binary; a
+// stockade that does not build leaves h.stockade.why set.
+func (h *harness) build(ctx context.Context) (string, error) {
+	log := h.cfg.Log
+	h.loadgen = filepath.Join(h.dir, "loadgen")
+	log.Info().Msg("building loadgen")
+	if _, err := runCmdEnv(ctx, h.cfg.RepoDir, []string{"CGO_ENABLED=0"}, h.tools.Path["go"], "build", "-o", h.loadgen, "./bench/cmd/loadgen"); err != nil {
+		return "", fmt.Errorf("build loadgen: %w", err)
+	}
+	stockadeBin := h.cfg.Stockade
+	if stockadeBin == "" {
+		stockadeBin = filepath.Join(h.dir, "stockade")
+		log.Info().Msg("building stockade")
+		if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", stockadeBin, "./cmd/stockade"); err != nil {
+			h.stockade.why = "not built"
+			h.note("stockade not built: %s", oneLine(err.Error()))
+		}
+	} else if abs, err := filepath.Abs(stockadeBin); err == nil {
+		stockadeBin = abs // the gateway spawns supervisors from its own path
+	}
+	return stockadeBin, nil
+}
+
+// startStockade starts `stockade boundary serve` on the given ports.
+func (h *harness) startStockade(ctx context.Context, bin string, proxyPort, dnsPort int) {
+	h.stockade.proxy = fmt.Sprintf("127.0.0.1:%d", proxyPort)
+	h.stockade.dns = fmt.Sprintf("127.0.0.1:%d", dnsPort)
+	args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.stockade.proxy,
+		"--dns", h.stockade.dns, "--hosts", h.files.hosts, "--identity", h.cfg.Identity, "--allow-loopback-upstream"}
+	if h.cfg.Audit {
+		args = append(args, "--audit", filepath.Join(h.dir, "audit.jsonl"))
+	}
+	h.startServer(ctx, h.stockade, bin, append(args, h.cfg.StockadeArgs...)...)
+}
+
+// startUpstream runs `loadgen upstream` (it exits by itself after
+// lifetime) and reads its addresses.
+func (h *harness) startUpstream(ctx context.Context, lifetime time.Duration) error {
+	srv, err := h.srvs.start("upstream", h.loadgen, "upstream", "-lifetime", lifetime.String())
 	if err != nil {
 		return err
 	}
@@ -275,7 +326,7 @@ func (h *harness) startServer(ctx context.Context, s *system, path string, args 
 		h.note("%s: %v", s.name, err)
 		return
 	}
-	s.srv = srv
+	s.srv, s.pid = srv, srv.pid()
 	if s.proxy != "" {
 		err = srv.waitFor(ctx, 15*time.Second, dialCheck(s.proxy))
 	}
@@ -344,12 +395,23 @@ func (h *harness) loadgenArgs(mode string, s *system, port int, d time.Duration)
 	return args
 }
 
-// runLoadgen runs the loadgen binary, bounded to d plus a margin, and
-// decodes its JSON result into out.
-func (h *harness) runLoadgen(ctx context.Context, d time.Duration, out any, args ...string) error {
+// loadgenCmd is the command that runs loadgen with args for s: the host
+// binary, or `stockade sandbox exec` running the sandbox's copy (killed
+// inside after d plus a margin).
+func (h *harness) loadgenCmd(s *system, d time.Duration, args []string) (path string, argv []string) {
+	if s.inSandbox && h.gw != nil {
+		return h.gw.bin, h.gw.execArgs(d, args)
+	}
+	return h.loadgen, args
+}
+
+// runLoadgen runs loadgen for s, bounded to d plus a margin, and decodes
+// its JSON result into out.
+func (h *harness) runLoadgen(ctx context.Context, s *system, d time.Duration, out any, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	b, err := runCmd(ctx, h.dir, h.loadgen, args...)
+	path, argv := h.loadgenCmd(s, d, args)
+	b, err := runCmd(ctx, h.dir, path, argv...)
 	if err != nil {
 		return err
 	}
@@ -362,7 +424,7 @@ func (h *harness) runLoadgen(ctx context.Context, d time.Duration, out any, args
 func (h *harness) runTunnels(ctx context.Context, s *system, c int, d time.Duration) (loadgen.TunnelResult, error) {
 	var res loadgen.TunnelResult
 	args := append(h.loadgenArgs("tunnels", s, h.echoPort, d), "-c", strconv.Itoa(c))
-	return res, h.runLoadgen(ctx, d, &res, args...)
+	return res, h.runLoadgen(ctx, s, d, &res, args...)
 }
 
 func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, c) }
@@ -372,7 +434,7 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 // recorded, not fatal.
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
-	proxies := []*system{h.stockade, h.tinyproxy, h.direct}
+	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct}
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
@@ -389,7 +451,7 @@ func (h *harness) measure(ctx context.Context) {
 		}
 		for _, s := range usable(proxies) {
 			var res loadgen.BulkResult
-			err := h.runLoadgen(ctx, d, &res, h.loadgenArgs("bulk", s, h.sinkPort, d)...)
+			err := h.runLoadgen(ctx, s, d, &res, h.loadgenArgs("bulk", s, h.sinkPort, d)...)
 			if h.failure(ctx, s, "bulk", err) {
 				continue
 			}
@@ -431,6 +493,10 @@ func (h *harness) failure(ctx context.Context, s *system, what string, err error
 	if s.srv != nil && s.srv.exited() {
 		err = s.srv.failure(err)
 		s.why = "exited"
+	}
+	if s.inSandbox && s.pid != 0 && !alive(s.pid) {
+		err = fmt.Errorf("the supervisor (pid %d) is gone: %w", s.pid, err)
+		s.why = "supervisor exited"
 	}
 	h.failed[s.name] = append(h.failed[s.name], what+": "+err.Error())
 	h.cfg.Log.Warn().Str("system", s.name).Err(err).Msg(what + " failed")

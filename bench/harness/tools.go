@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -37,9 +38,17 @@ type Tools struct {
 // lives, when PATH lacks it) and returns one error naming each missing
 // tool's package. It installs nothing.
 func CheckTools(ctx context.Context) (Tools, error) {
+	return checkTools(ctx, nil)
+}
+
+// checkTools is CheckTools for the named tools only (nil: all of them).
+func checkTools(ctx context.Context, only []string) (Tools, error) {
 	t := Tools{Path: map[string]string{}, Version: map[string]string{}}
 	var missing []string
 	for _, tl := range requiredTools() {
+		if only != nil && !slices.Contains(only, tl.name) {
+			continue
+		}
 		p, err := exec.LookPath(tl.name)
 		if err != nil {
 			if p, err = exec.LookPath("/usr/sbin/" + tl.name); err != nil {

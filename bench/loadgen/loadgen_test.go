@@ -146,3 +146,67 @@ func TestPercentile(t *testing.T) {
 		t.Error("empty input must give 0")
 	}
 }
+
+// openConns is how many connections the upstream holds right now.
+func (u *Upstream) openConns() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.conns)
+}
+
+// TestHold: every tunnel is open (the upstream holds them all) when held
+// is called, each still echoes at the end, and all are closed on return.
+func TestHold(t *testing.T) {
+	u := startUpstream(t)
+	for _, c := range []struct {
+		name   string
+		target Target
+	}{
+		{"direct", Target{Addr: u.EchoAddr()}},
+		{"proxy", Target{Proxy: connectProxy(t, u.EchoAddr()), Addr: u.EchoAddr()}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 50
+			var atHeld HoldResult
+			upstreamOpen := -1
+			res, err := Hold(context.Background(), HoldConfig{Target: c.target, N: n, Concurrency: 8, Hold: 200 * time.Millisecond},
+				func(r HoldResult) { atHeld, upstreamOpen = r, u.openConns() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if atHeld.Phase != "held" || atHeld.Established != n || atHeld.Errors != 0 || atHeld.Mode != c.name {
+				t.Fatalf("held report: %+v", atHeld)
+			}
+			if upstreamOpen != n {
+				t.Fatalf("upstream held %d connections while %d tunnels were reported open", upstreamOpen, n)
+			}
+			if res.Phase != "done" || res.Established != n || res.Alive != n || res.HeldNs < (200*time.Millisecond).Nanoseconds() {
+				t.Fatalf("final report: %+v", res)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for u.openConns() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("upstream still holds %d connections after Hold returned", u.openConns())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestHoldDenied: a refused CONNECT counts as an error, not a tunnel.
+func TestHoldDenied(t *testing.T) {
+	u := startUpstream(t)
+	res, err := Hold(context.Background(), HoldConfig{
+		Target: Target{Proxy: connectProxy(t, u.EchoAddr()), Addr: "denied.test:443"}, N: 5, Hold: time.Millisecond,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Established != 0 || res.Errors != 5 || res.ErrorKinds["status-403"] != 5 || res.FirstError == "" {
+		t.Fatalf("want 5 status-403 errors, got %+v", res)
+	}
+	if _, err := Hold(context.Background(), HoldConfig{N: 0, Hold: time.Second}, nil); err == nil {
+		t.Fatal("n 0 must be refused")
+	}
+}

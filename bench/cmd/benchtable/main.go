@@ -43,6 +43,9 @@ func run() int {
 		cfg.StockadeArgs = append(cfg.StockadeArgs, v)
 		return nil
 	})
+	fs.BoolVar(&cfg.Sandbox, "sandbox", cfg.Sandbox, "also measure a sandbox's supervisor (a gateway and a sandbox; needs root)")
+	fs.IntVar(&cfg.HoldTunnels, "hold", cfg.HoldTunnels, "tunnels held open for the RSS rows (0: no such rows; at most 1000)")
+	fs.DurationVar(&cfg.HoldFor, "hold-for", cfg.HoldFor, "how long they are held (-quick: 3s)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the run dir (configs, server logs)")
 	timeout := fs.Duration("timeout", time.Hour, "bound on the whole run")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -51,7 +54,11 @@ func run() int {
 		return 2
 	}
 	if *quick {
+		holdFor := cfg.HoldFor
 		cfg = cfg.Quick()
+		if explicit(fs, "hold-for") {
+			cfg.HoldFor = holdFor
+		}
 	}
 	cfg.Concurrency = nil
 	for f := range strings.SplitSeq(*conc, ",") {
@@ -89,4 +96,11 @@ func run() int {
 		}
 	}
 	return 0
+}
+
+// explicit says whether the flag name was given on the command line.
+func explicit(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }

@@ -27,7 +27,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: loadgen upstream|tunnels|bulk [flags]")
+		return errors.New("usage: loadgen upstream|tunnels|bulk|hold [flags]")
 	}
 	fs := flag.NewFlagSet("loadgen "+args[0], flag.ContinueOnError)
 	var result any
@@ -51,8 +51,25 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fs.DurationVar(&cfg.Duration, "d", 10*time.Second, "duration")
 		fs.IntVar(&cfg.BufSize, "buf", 64<<10, "bytes per write")
 		exec = func() (err error) { result, err = loadgen.Bulk(ctx, cfg); return err }
+	case "hold":
+		var cfg loadgen.HoldConfig
+		targetFlags(fs, &cfg.Target)
+		fs.IntVar(&cfg.N, "n", 1000, "tunnels to hold open together")
+		fs.IntVar(&cfg.Concurrency, "c", 16, "tunnels being opened at once")
+		fs.DurationVar(&cfg.Hold, "d", 5*time.Second, "how long to hold them once open")
+		enc := json.NewEncoder(out)
+		var printErr error
+		held := func(r loadgen.HoldResult) { printErr = enc.Encode(r) }
+		exec = func() error {
+			r, err := loadgen.Hold(ctx, cfg, held)
+			if err == nil && printErr != nil {
+				err = fmt.Errorf("print the held report: %w", printErr)
+			}
+			result = r
+			return err
+		}
 	default:
-		return fmt.Errorf("unknown subcommand %q (want upstream, tunnels or bulk)", args[0])
+		return fmt.Errorf("unknown subcommand %q (want upstream, tunnels, bulk or hold)", args[0])
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

@@ -1,0 +1,215 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/bench/loadgen"
+	"github.com/stockade-dev/stockade/sandbox/nsrun"
+)
+
+// TestSandboxProxyIsTheProducts: the address the loads use inside the
+// sandbox is the one the product gives its workloads.
+func TestSandboxProxyIsTheProducts(t *testing.T) {
+	if "http://"+sandboxProxy != nsrun.ProxyURL || !strings.HasSuffix(sandboxProxy, ":3128") || nsrun.ProxyPort != 3128 {
+		t.Fatalf("sandboxProxy %q, product's %q (port %d)", sandboxProxy, nsrun.ProxyURL, nsrun.ProxyPort)
+	}
+	if !strings.HasPrefix(sandboxLoadgen, nsrun.WorkspaceMount+"/") {
+		t.Fatalf("loadgen %q is not in the workspace mount %q", sandboxLoadgen, nsrun.WorkspaceMount)
+	}
+}
+
+func TestIsSupervisorOf(t *testing.T) {
+	state := "/tmp/stockade-bench-1/gateway-state"
+	cmd := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
+	for _, c := range []struct {
+		name    string
+		cmdline []byte
+		want    bool
+	}{
+		{"ours", cmd("/work/main/bin/stockade", "supervisor", "--spec", state+"/sandboxes/bench/spec.json"), true},
+		{"another state dir", cmd("/bin/stockade", "supervisor", "--spec", "/tmp/other/sandboxes/bench/spec.json"), false},
+		{"a prefix of ours", cmd("/bin/stockade", "supervisor", "--spec", state+"2/sandboxes/bench/spec.json"), false},
+		{"the gateway", cmd("/bin/stockade", "gateway", "run", "--state-dir", state), false},
+		{"no spec", cmd("/bin/stockade", "supervisor"), false},
+		{"empty", nil, false},
+	} {
+		if got := isSupervisorOf(c.cmdline, state); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestParseSandboxStatus(t *testing.T) {
+	ok := `{"name":"bench","phase":"Ready","message":"running","workspace":"/s/sandboxes/bench/workspace","supervisorPid":24561,"workloadPid":24595}`
+	st, err := parseSandboxStatus([]byte(ok))
+	if err != nil || st.SupervisorPid != 24561 || st.Workspace != "/s/sandboxes/bench/workspace" {
+		t.Fatalf("%+v, %v", st, err)
+	}
+	for _, bad := range []string{
+		`{"phase":"Error","message":"no such binary","workspace":"/w","supervisorPid":1}`,
+		`{"phase":"Ready","workspace":"","supervisorPid":1}`,
+		`{"phase":"Ready","workspace":"/w","supervisorPid":0}`,
+		`not json`,
+	} {
+		if _, err := parseSandboxStatus([]byte(bad)); err == nil {
+			t.Errorf("%s: want an error", bad)
+		}
+	}
+}
+
+func TestExecArgs(t *testing.T) {
+	g := &gatewayRun{bin: "/b/stockade", state: "/s", api: "127.0.0.1:7"}
+	got := g.execArgs(10*time.Second, []string{"tunnels", "-c", "16"})
+	want := []string{"sandbox", "--state-dir", "/s", "--gateway", "127.0.0.1:7", "--log-format", "json",
+		"exec", sandboxName, "--timeout", "30s", "--", sandboxLoadgen, "tunnels", "-c", "16"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("exec args\n got %q\nwant %q", got, want)
+	}
+	h := &harness{loadgen: "/run/loadgen", gw: g}
+	if p, a := h.loadgenCmd(&system{name: "stockade"}, time.Second, []string{"bulk"}); p != "/run/loadgen" || !slices.Equal(a, []string{"bulk"}) {
+		t.Fatalf("host system runs %s %q", p, a)
+	}
+	if p, a := h.loadgenCmd(&system{name: "sandbox", inSandbox: true}, time.Second, []string{"bulk"}); p != "/b/stockade" || a[len(a)-1] != "bulk" {
+		t.Fatalf("sandbox system runs %s %q", p, a)
+	}
+}
+
+// fakeHarness is a harness with measurements filled in by hand, as the
+// measure step would record them, for the row logic.
+func fakeHarness(sandboxWhy string) *harness {
+	h := &harness{
+		cfg:       Config{Concurrency: []int{16}, HoldTunnels: 1000},
+		stockade:  &system{name: "stockade"},
+		sandbox:   &system{name: "sandbox", inSandbox: true, why: sandboxWhy},
+		tinyproxy: &system{name: "tinyproxy"},
+		dnsmasq:   &system{name: "dnsmasq"},
+		direct:    &system{name: "direct"},
+		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
+		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
+	}
+	run := func(rate float64, p50 time.Duration, cpu time.Duration) []tunnelRun {
+		return []tunnelRun{{res: loadgen.TunnelResult{Tunnels: int64(rate * 2), PerSecond: rate, P50Ns: p50.Nanoseconds(), P99Ns: 2 * p50.Nanoseconds()}, cpu: cpu}}
+	}
+	h.tunnels["stockade/c=16"] = run(5000, 2*time.Millisecond, time.Second)           // 100µs per tunnel
+	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
+	h.tunnels["direct/c=16"] = run(10000, time.Millisecond, 0)
+	h.bulk["stockade"] = []loadgen.BulkResult{{MBps: 1500}}
+	h.bulk["tinyproxy"] = []loadgen.BulkResult{{MBps: 400}}
+	h.bulk["direct"] = []loadgen.BulkResult{{MBps: 2000}}
+	if sandboxWhy == "" {
+		h.tunnels["sandbox/c=16"] = run(2000, 5*time.Millisecond, 2*time.Second) // 500µs per tunnel
+		h.bulk["sandbox"] = []loadgen.BulkResult{{MBps: 1300}}
+		h.rss["sandbox"] = &rssResult{idle: 40 << 20, held: 60 << 20, hold: loadgen.HoldResult{Requested: 1000, Established: 1000, Alive: 1000}, haveHold: true}
+	}
+	h.rss["stockade"] = &rssResult{idle: 20 << 20, held: 30 << 20, after: 25 << 20, hold: loadgen.HoldResult{Requested: 1000, Established: 1000, Alive: 1000}, haveHold: true}
+	h.rss["tinyproxy"] = &rssResult{idle: 2 << 20, held: 12 << 20, hold: loadgen.HoldResult{Requested: 1000, Established: 900, Alive: 900, Errors: 100}, haveHold: true}
+	return h
+}
+
+func rowByName(t *testing.T, rows []Row, name string) Row {
+	t.Helper()
+	for _, r := range rows {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("no row %q in %v", name, rows)
+	return Row{}
+}
+
+func TestSandboxRows(t *testing.T) {
+	h := fakeHarness("")
+	rows := h.networkRows()
+	rate := rowByName(t, rows, "sandbox CONNECT tunnels/s c=16")
+	if rate.Stockade != "2000" || rate.Peer != "4000 tinyproxy, 5000 serve" || rate.Ratio != "0.50x / 0.40x" ||
+		rate.Target != ">= 1.0x tinyproxy (goal 1.3x)" || rate.Verdict != Miss {
+		t.Fatalf("rate row %+v", rate)
+	}
+	if sk := rowByName(t, rows, "CONNECT tunnels/s c=16"); sk.Verdict != Pass || sk.Ratio != "1.25x" {
+		t.Fatalf("standalone rate row %+v", sk)
+	}
+	added := rowByName(t, rows, "sandbox tunnel p50 added vs direct c=16")
+	if added.Stockade != "+4.00ms" || added.Peer != "+2.00ms tinyproxy, +1.00ms serve" || added.Verdict != Miss || added.Ratio != "2.00x / 4.00x" {
+		t.Fatalf("added row %+v", added)
+	}
+	cpu := rowByName(t, rows, "sandbox supervisor CPU per tunnel c=16")
+	if cpu.Stockade != "500.0µs" || cpu.Verdict != Miss || cpu.Ratio != "5.00x / 5.00x" {
+		t.Fatalf("cpu row %+v", cpu)
+	}
+	if sk := rowByName(t, rows, "server CPU per tunnel c=16"); sk.Verdict != Pass || sk.Target != "<= tinyproxy's" {
+		t.Fatalf("standalone cpu row %+v", sk)
+	}
+	bulk := rowByName(t, rows, "sandbox bulk MB/s, 1 tunnel")
+	if bulk.Verdict != Pass || bulk.Peer != "400 tinyproxy, 1500 serve" || bulk.Target != ">= 3x tinyproxy" {
+		t.Fatalf("bulk row %+v", bulk)
+	}
+	if d := rowByName(t, rows, "sandbox bulk MB/s vs direct"); d.Verdict != Miss /* 1300 < 0.7 x 2000 */ || d.Target != ">= 0.7x direct" {
+		t.Fatalf("bulk vs direct row %+v", d)
+	}
+	held := rowByName(t, rows, "sandbox supervisor RSS, 1000 tunnels open")
+	if held.Stockade != "60.0 MiB (1000/1000 open, 20.5 KiB/tunnel)" || held.Verdict != Info {
+		t.Fatalf("held row %+v", held)
+	}
+	if idle := rowByName(t, rows, "boundary serve RSS idle"); idle.Stockade != "20.0 MiB, 25.0 MiB after the runs" || idle.Peer != "2.0 MiB tinyproxy" {
+		t.Fatalf("idle row %+v", idle)
+	}
+	if !slices.ContainsFunc(h.notes, func(n string) bool { return strings.Contains(n, "tinyproxy hold: 900 of 1000") }) {
+		t.Fatalf("a short hold must be noted: %q", h.notes)
+	}
+}
+
+// TestSandboxRowsWhy: a sandbox that could not run shows why in each of
+// its rows, judged n/a; turned off, it has no rows at all.
+func TestSandboxRowsWhy(t *testing.T) {
+	rows := fakeHarness("needs root").networkRows()
+	for _, name := range []string{"sandbox CONNECT tunnels/s c=16", "sandbox supervisor CPU per tunnel c=16",
+		"sandbox bulk MB/s, 1 tunnel", "sandbox supervisor RSS idle"} {
+		r := rowByName(t, rows, name)
+		if r.Stockade != "needs root" || (r.Target != "" && r.Verdict != NotRun) {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	for _, r := range fakeHarness(sandboxOff).networkRows() {
+		if strings.HasPrefix(r.Name, "sandbox") {
+			t.Errorf("sandbox off, yet row %+v", r)
+		}
+	}
+}
+
+// TestStartSandboxFailure: a gateway that cannot start leaves the sandbox
+// system unmeasured with a reason and a note (not a failed run), and
+// stopSandbox then has nothing left to stop.
+func TestStartSandboxFailure(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "stockade")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"gateway: cannot map uids\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := fakeHarness("")
+	h.dir, h.srvs, h.cfg.Log = dir, &servers{dir: dir, log: zerolog.Nop()}, zerolog.Nop()
+	h.files = files{hosts: filepath.Join(dir, "hosts"), policy: filepath.Join(dir, "policy.yaml")}
+	defer h.srvs.stopAll()
+	h.startSandbox(context.Background(), fake)
+	want := "gateway not ready"
+	if os.Geteuid() != 0 {
+		want = "needs root"
+	}
+	if h.sandbox.why != want {
+		t.Fatalf("why = %q, want %q (notes %q)", h.sandbox.why, want, h.notes)
+	}
+	if want == "gateway not ready" && !slices.ContainsFunc(h.notes, func(n string) bool { return strings.Contains(n, "cannot map uids") }) {
+		t.Fatalf("the note must carry the gateway's log: %q", h.notes)
+	}
+	h.stopSandbox(context.Background())
+	if h.gw != nil {
+		t.Fatal("stopSandbox left the gateway")
+	}
+}
