@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/policy/reason"
 )
@@ -195,6 +198,32 @@ func TestLineEscapesWhatTheWorkloadControls(t *testing.T) {
 	for in, out := range map[string]string{`a\b`: `a\\b`, "plain": "plain", "ünïcode": "ünïcode"} {
 		if got := Escape(in); got != out {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, out)
+		}
+	}
+}
+
+// With AllowedAtDebug an allowed decision is logged only at debug level;
+// a denial is logged at warn either way.
+func TestLogSinkAllowedAtDebug(t *testing.T) {
+	for _, tc := range []struct {
+		level         zerolog.Level
+		atDebug       bool
+		allowed, deny bool // which lines appear
+	}{
+		{zerolog.InfoLevel, false, true, true},
+		{zerolog.InfoLevel, true, false, true},
+		{zerolog.DebugLevel, true, true, true},
+	} {
+		var buf bytes.Buffer
+		sink := LogSink{Log: zerolog.New(&buf).Level(tc.level), AllowedAtDebug: tc.atDebug}
+		sink.Record(NewDecision(ClassNetwork, true, reason.None))
+		sink.Record(NewDecision(ClassNetwork, false, reason.BinaryNotAllowed))
+		out := buf.String()
+		if got := strings.Contains(out, "ALLOWED"); got != tc.allowed {
+			t.Errorf("level %s, allowed at debug %v: allowed line logged %v, want %v:\n%s", tc.level, tc.atDebug, got, tc.allowed, out)
+		}
+		if got := strings.Contains(out, "DENIED"); got != tc.deny {
+			t.Errorf("level %s, allowed at debug %v: denial logged %v, want %v:\n%s", tc.level, tc.atDebug, got, tc.deny, out)
 		}
 	}
 }

@@ -33,14 +33,30 @@ func (m Multi) Record(e Event) {
 	}
 }
 
-// LogSink writes the one-line form of each event to a zerolog logger.
-type LogSink struct{ Log zerolog.Logger }
+// LogSink writes the one-line form of each event to a zerolog logger:
+// denials at warn level, the rest at info.
+type LogSink struct {
+	Log zerolog.Logger
+	// AllowedAtDebug logs allowed decisions at debug level: for a boundary
+	// whose audit file records every decision, the log keeps the denials
+	// and the lifecycle at their level, and a busy proxy does not pay a
+	// formatted line and a write per allowed connection.
+	AllowedAtDebug bool
+}
 
 // Record implements Sink.
 func (l LogSink) Record(e Event) {
-	ev := l.Log.Info()
-	if e.ActionID == ActionDenied {
+	var ev *zerolog.Event
+	switch {
+	case e.ActionID == ActionDenied:
 		ev = l.Log.Warn()
+	case l.AllowedAtDebug && e.ActionID == ActionAllowed:
+		ev = l.Log.Debug()
+	default:
+		ev = l.Log.Info()
+	}
+	if !ev.Enabled() {
+		return
 	}
 	ev.Str("component", "audit").Msg(e.Line())
 }

@@ -168,7 +168,11 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	log.Info().Int("init_pid", sb.InitPid()).Int("workload_pid", sb.WorkloadPid()).Uint64("policy_version", version).Msg("sandbox started")
 
 	gaveUp := make(chan string, 1)
-	b, stopBoundary, err := startBoundary(sp, sb, engine, faults, log, func(kind string, reason any) {
+	candidates := sb.Pids // every host process read: the fallback without a cgroup
+	if res.group != nil {
+		candidates = res.group.Procs // the sandbox's processes only, one small read
+	}
+	b, stopBoundary, err := startBoundary(sp, sb, candidates, engine, faults, log, func(kind string, reason any) {
 		select {
 		case gaveUp <- fmt.Sprintf("%s actor failed 10 times in 10 s (last: %v)", kind, reason):
 		default:
@@ -276,14 +280,17 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	}
 }
 
-// startBoundary serves the boundary on the sandbox's listeners.
-func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, engine *policy.Engine, faults fault.Injector, log zerolog.Logger, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
+// startBoundary serves the boundary on the sandbox's listeners. candidates
+// lists the host pids of the sandbox's processes, the possible owners of a
+// connection: from its cgroup when it has one (every process of the
+// sandbox is in it, and none can leave it), else from its pid namespace.
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]int, error), engine *policy.Engine, faults fault.Injector, log zerolog.Logger, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
 	px, udp, tcp, _ := sb.Listeners()
 	diag, err := sb.DupDiagFD()
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(sb.Pids), identity.WithStopAt(sb.InitPid()), identity.WithInjector(faults))
+	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithInjector(faults))
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}

@@ -39,6 +39,10 @@ type Boundary struct {
 	// pool runs the mailboxes of the leaves (conn/N, query/N) on warm
 	// workers: no goroutine creation or stack growth per connection.
 	pool *dispatch.Pool
+	// dialer dials upstreams: keep-alive after 15 s idle (as Go's default)
+	// with the kernel's probe interval and count, two socket options per
+	// connection instead of four.
+	dialer net.Dialer
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener
@@ -53,7 +57,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 	cfg.defaults()
 	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{},
 		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}},
-		pool: dispatch.NewPool(64, 10*time.Second, 300)}
+		pool:   dispatch.NewPool(64, 10*time.Second, 300),
+		dialer: net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: -1, Count: -1}}}
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

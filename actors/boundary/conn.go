@@ -151,7 +151,7 @@ func (a *connActor) serve(ctx actor.Context) {
 
 	a.step = stepDial
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
-	up, blocked, err := proxy.DialChecked(dctx, &net.Dialer{}, cfg.Resolver, req.Host, req.Port,
+	up, blocked, err := proxy.DialChecked(dctx, &a.b.dialer, cfg.Resolver, req.Host, req.Port,
 		proxy.DestRule{AllowedIPs: v.AllowedIPs, ExactHost: v.ExactHost, AllowLoopback: cfg.AllowLoopback, LoopbackFix: loopbackFix(cfg)})
 	cancel()
 	switch {
@@ -168,19 +168,38 @@ func (a *connActor) serve(ctx actor.Context) {
 	a.step = stepRelay
 	a.record(true, reason.None, v.Policy, v.PolicyName, v.Version, v.Message)
 	a.answered = true
-	send := sendTo(ctx.ActorSystem(), ctx.Self())
 	client := a.conn
 	if req.Kind == proxy.KindConnect {
 		if err := proxy.WriteEstablished(client); err != nil {
 			return
 		}
-		a.relays = 2
-		go func() { _, err := proxy.Pipe(up, client, req.Reader); send(&relayDone{err: err}) }()
-		go func() { _, err := proxy.Pipe(client, up, nil); send(&relayDone{err: err}) }()
+		a.tunnel(client, up, req)
 		return
 	}
+	// A plain HTTP request: the answer may take long to come, and nothing
+	// this actor could do unblocks a read of it but closing the upstream,
+	// which its cleanup does.
 	a.relays = 1
+	send := sendTo(ctx.ActorSystem(), ctx.Self())
 	go func() { send(&relayDone{err: req.Forward(client, up)}) }()
+}
+
+// tunnel relays a CONNECT tunnel until both directions have ended: the
+// client's bytes on this actor's own worker (its stack is grown already),
+// the upstream's on one goroutine. The actor is busy meanwhile; the proxy
+// actor, stopping, closes every client connection, which ends the first
+// direction, and then this closes the upstream to end the second.
+func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		_, _ = proxy.Pipe(client, up, nil)
+	}()
+	_, _ = proxy.Pipe(up, client, req.Reader)
+	if err := client.SetReadDeadline(time.Time{}); errors.Is(err, net.ErrClosed) {
+		_ = up.Close() // closed by the boundary, not by the client: stop now
+	}
+	<-back
 }
 
 // deny answers 403 and records the denial.

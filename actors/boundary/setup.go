@@ -43,9 +43,10 @@ func Upstreams(hostsFile, dnsUpstream string) (dnsproxy.Upstream, proxy.Resolver
 
 // Serve starts a boundary for cfg in its own actor system. Its decisions
 // go to cfg.Log and, when auditFile is set, to that file too (cfg.Audit is
-// set here). The returned function stops the boundary and closes the file.
+// set here); with a file, allowed decisions reach the log at debug level
+// only (the file has them all; the log keeps the denials). The returned function stops the boundary and closes the file.
 func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
-	sinks := audit.Multi{audit.LogSink{Log: cfg.Log}}
+	sinks := audit.Multi{audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != ""}}
 	var af *audit.File
 	if auditFile != "" {
 		var err error

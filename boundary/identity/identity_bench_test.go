@@ -143,6 +143,7 @@ func BenchmarkWholeLookup(b *testing.B) {
 			timed(b, func() error {
 				if cold {
 					r.cache.reset()
+					r.proc.t.reset()
 				}
 				var err error
 				id, err = r.Resolve(context.Background(), local, remote)

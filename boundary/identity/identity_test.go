@@ -103,7 +103,7 @@ func TestResolveChildProcess(t *testing.T) {
 	if len(id.Ancestors) < 2 || id.Ancestors[0] != bash || id.Ancestors[1] != selfExe(t) {
 		t.Fatalf("ancestors %q, want [%s %s ...]", id.Ancestors, bash, selfExe(t))
 	}
-	if ppid, err := (procFS{root: "/proc"}).ppid(id.Pid); err != nil || ppid != cmd.Process.Pid {
+	if ppid, err := newProcFS("/proc", 0).ppid(id.Pid); err != nil || ppid != cmd.Process.Pid {
 		t.Fatalf("curl's parent %d (%v), want bash %d", ppid, err, cmd.Process.Pid)
 	}
 }

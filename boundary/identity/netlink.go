@@ -27,6 +27,8 @@ type config struct {
 	procRoot string
 	stopAt   int
 	inj      fault.Injector
+	bounded  bool
+	noEvents bool
 }
 
 // WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
@@ -36,15 +38,29 @@ type config struct {
 func WithDiagFD(fd int) Option { return func(c *config) { c.diagFD = fd } }
 
 // WithPids restricts the candidate owners to the pids it returns, numbered
-// as in the proc root (default: every process in the proc root).
-func WithPids(f func() ([]int, error)) Option { return func(c *config) { c.pids = f } }
+// as in the proc root (default: every process in the proc root). The
+// candidates are then a bounded set, and every holder of a socket is found
+// (Identity.Holders).
+func WithPids(f func() ([]int, error)) Option {
+	return func(c *config) { c.pids, c.bounded = f, true }
+}
 
 // WithStopAt ends every ancestor walk below pid (a sandbox's init): the
 // ancestors are the sandbox's processes, never the host's above it.
 func WithStopAt(pid int) Option { return func(c *config) { c.stopAt = pid } }
 
-// WithProcRoot reads processes under root instead of /proc.
-func WithProcRoot(root string) Option { return func(c *config) { c.procRoot = root } }
+// WithProcRoot reads processes under root instead of /proc: a sandbox's own
+// proc mount (nsrun.Sandbox.ProcRoot), which lists only the sandbox's
+// processes, numbered as inside. The candidates are then a bounded set,
+// and every holder of a socket is found (Identity.Holders).
+func WithProcRoot(root string) Option {
+	return func(c *config) { c.procRoot, c.bounded = root, true }
+}
+
+// WithoutProcEvents makes every lookup read each process from /proc, even
+// where the kernel's process events could vouch for what was read before
+// (tests and benchmarks that compare the two).
+func WithoutProcEvents() Option { return func(c *config) { c.noEvents = true } }
 
 // WithInjector sets the fault seam consulted at fault.IdentityLookup.
 func WithInjector(inj fault.Injector) Option { return func(c *config) { c.inj = inj } }
@@ -57,9 +73,11 @@ type Netlink struct {
 	pids  func() ([]int, error)
 	inj   fault.Injector
 	cache *ownerCache
-	// allProcs: every process is a candidate (no WithPids), so recent
-	// owners can be scanned before listing /proc.
-	allProcs bool
+	// bounded: the candidates are a sandbox's processes (WithPids or
+	// WithProcRoot), all scanned for holders. Otherwise every process of
+	// the host is a candidate: recent owners are scanned before listing
+	// /proc, and the first holder found is the owner.
+	bounded bool
 }
 
 var _ Resolver = (*Netlink)(nil)
@@ -83,16 +101,33 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Netlink{diag: d, proc: procFS{root: c.procRoot, stopAt: c.stopAt}, pids: c.pids, inj: c.inj, cache: newOwnerCache()}
+	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded}
+	// Process events number processes as the initial pid namespace does:
+	// usable with the host's /proc only. Without them (no CAP_NET_ADMIN, a
+	// container), every lookup reads what it needs; nothing else changes.
+	if c.procRoot == "/proc" && !c.noEvents {
+		if ev, err := openProcEvents(250 * time.Millisecond); err == nil {
+			r.proc.t.events = ev
+		}
+	}
 	if r.pids == nil {
-		r.allProcs = true
 		r.pids = r.proc.allPids
 	}
 	return r, nil
 }
 
-// Close releases the sock_diag socket.
+// ProcEvents reports whether the kernel's process events vouch for cached
+// process facts (the exe and parent of processes met before), so that a
+// lookup reads only what changed.
+func (r *Netlink) ProcEvents() bool { return r.proc.t.events != nil }
+
+// Close releases the sock_diag socket, the process events socket and the
+// held process handles.
 func (r *Netlink) Close() error {
+	if ev := r.proc.t.events; ev != nil {
+		_ = ev.close()
+	}
+	r.proc.t.reset()
 	if err := r.diag.close(); err != nil {
 		return fmt.Errorf("identity: close sock_diag socket: %w", err)
 	}
@@ -138,6 +173,9 @@ func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Id
 // owner still holds the socket afterwards (so a pid reused meanwhile is not
 // reported).
 func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
+	if ev := r.proc.t.events; ev != nil {
+		ev.sync(r.proc.t)
+	}
 	d, err := r.diag.lookup(client, server)
 	if err != nil {
 		return Identity{}, err
@@ -145,7 +183,28 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 	if d.inode == 0 {
 		return Identity{}, fmt.Errorf("socket in TCP state %d has no inode (closed by its owner): %w", d.state, ErrNoOwner)
 	}
-	ref, err := r.owner(d.inode)
+	if r.bounded {
+		return r.resolveBounded(d)
+	}
+	ref, h, err := r.owner(d.inode)
+	if err != nil {
+		return Identity{}, err
+	}
+	defer r.proc.t.release(h, false)
+	exe, err := r.proc.t.exe(h)
+	if err != nil {
+		r.cache.forget(d.inode)
+		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
+	}
+	anc := r.proc.ancestorsOf(h)
+	r.cache.owned(ref.pid)
+	return Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}, nil
+}
+
+// resolveBounded finds the owner and every other holder among a bounded
+// set of candidates (a sandbox's processes).
+func (r *Netlink) resolveBounded(d diagResult) (Identity, error) {
+	ref, others, err := r.holders(d.inode)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -154,87 +213,126 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
 	}
 	anc := r.proc.ancestors(ref.pid)
-	if !r.proc.fdHolds(ref, d.inode) {
+	h, ok := r.proc.fdHolds(ref, d.inode)
+	if !ok {
 		r.cache.forget(d.inode)
 		return Identity{}, fmt.Errorf("pid %d released socket inode %d: %w", ref.pid, d.inode, errOwnerGone)
 	}
+	r.proc.t.release(h, false)
 	r.cache.owned(ref.pid)
 	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}
-	if !r.allProcs {
-		holders, err := r.otherHolders(ref.pid, d.inode)
-		if err != nil {
-			return Identity{}, err
+	if len(others) > 0 {
+		id.Holders = []Holder{{Pid: ref.pid, Exe: exe, Ancestors: anc}}
+		for _, pid := range others {
+			exe, err := r.proc.exe(pid)
+			if err != nil {
+				continue // exited meanwhile
+			}
+			id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
 		}
-		if len(holders) > 0 {
-			id.Holders = append([]Holder{{Pid: ref.pid, Exe: exe, Ancestors: anc}}, holders...)
+		if len(id.Holders) == 1 {
+			id.Holders = nil
 		}
 	}
 	return id, nil
 }
 
-// otherHolders scans every other candidate for the socket: a socket
-// inherited by a child or passed over a unix socket is held by several
-// processes, and each may write on it.
-func (r *Netlink) otherHolders(owner int, inode uint32) ([]Holder, error) {
+// holders scans every candidate once for the socket (a bounded set: a
+// sandbox's processes): a socket inherited by a child or passed over a
+// unix socket is held by several processes, and each may write on it. The
+// owner is the first holder in the scan order (recent owners first, then
+// newest first), or the cached holder when the cache names one that still
+// holds it.
+func (r *Netlink) holders(inode uint32) (fdRef, []int, error) {
+	owner, cached := r.cache.get(inode)
+	if cached {
+		h, ok := r.proc.fdHolds(owner, inode)
+		if ok {
+			r.proc.t.release(h, false)
+		} else {
+			r.cache.forget(inode)
+			cached = false
+		}
+	}
 	pids, err := r.pids()
 	if err != nil {
-		return nil, fmt.Errorf("candidate pids: %w", err)
+		return fdRef{}, nil, fmt.Errorf("candidate pids: %w", err)
 	}
-	var out []Holder
-	for _, pid := range pids {
-		if pid == owner {
+	slices.SortFunc(pids, func(a, b int) int { return b - a })
+	seen := map[uint32]fdRef{}
+	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
+	var others []int
+	for _, pid := range r.cache.order(pids) {
+		if cached && pid == owner.pid {
 			continue
 		}
-		fd, err := r.proc.scanFds(pid, inode, func(uint32, fdRef) {})
+		fd, h, err := r.proc.scanFds(pid, inode, note)
 		if err != nil || fd < 0 {
 			continue // gone, or not a holder
 		}
-		exe, err := r.proc.exe(pid)
-		if err != nil {
-			continue // exited meanwhile
+		r.proc.t.release(h, false)
+		if !cached {
+			owner, cached = fdRef{pid: pid, fd: fd}, true
+			note(inode, owner)
+			continue
 		}
-		out = append(out, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
+		others = append(others, pid)
 	}
-	return out, nil
+	if len(seen) > 0 {
+		r.cache.put(seen)
+	}
+	if !cached {
+		return fdRef{}, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+	}
+	return owner, others, nil
 }
 
 // owner finds the fd holding the socket: a validated cache hit, else a scan
-// of the candidates, recent owners first, then newest first.
-func (r *Netlink) owner(inode uint32) (fdRef, error) {
+// of the candidates, recent owners first, then newest first. The holding
+// is read through the returned handle (acquired: the caller releases it),
+// so what is read next through it is about the same process.
+func (r *Netlink) owner(inode uint32) (fdRef, *procHandle, error) {
 	if ref, ok := r.cache.get(inode); ok {
-		if r.proc.fdHolds(ref, inode) {
-			return ref, nil
+		if h, ok := r.proc.fdHolds(ref, inode); ok {
+			return ref, h, nil
 		}
 		r.cache.forget(inode)
 	}
 	seen := map[uint32]fdRef{}
 	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
-	scan := func(pid int) (fdRef, bool) {
-		fd, err := r.proc.scanFds(pid, inode, note)
-		if err == nil && fd >= 0 {
+	scan := func(pid int) (fdRef, *procHandle, bool) {
+		fd, h, err := r.proc.scanFds(pid, inode, note)
+		found := err == nil && fd >= 0
+		if found {
 			note(inode, fdRef{pid: pid, fd: fd})
 		}
 		if len(seen) > 0 {
 			r.cache.put(seen)
 			clear(seen)
 		}
-		return fdRef{pid: pid, fd: fd}, err == nil && fd >= 0
+		ref := fdRef{pid: pid, fd: fd}
+		if found && h == nil {
+			// Scanned by path: hold the process now and check through the
+			// handle that it is the one that holds the socket.
+			if h, found = r.proc.fdHolds(ref, inode); !found {
+				r.cache.forget(inode)
+			}
+		}
+		return ref, h, found
 	}
 	// Recent owners first, before listing every process: a client that
 	// opened one connection usually opens the next (a busy agent, a load
-	// generator). Only when any process may be a candidate (no WithPids).
+	// generator).
 	var tried []int
-	if r.allProcs {
-		for _, pid := range r.cache.recent() {
-			if ref, ok := scan(pid); ok {
-				return ref, nil
-			}
-			tried = append(tried, pid)
+	for _, pid := range r.cache.recent() {
+		if ref, h, ok := scan(pid); ok {
+			return ref, h, nil
 		}
+		tried = append(tried, pid)
 	}
 	pids, err := r.pids()
 	if err != nil {
-		return fdRef{}, fmt.Errorf("candidate pids: %w", err)
+		return fdRef{}, nil, fmt.Errorf("candidate pids: %w", err)
 	}
 	pids = append([]int(nil), pids...)
 	newestFirst(pids, r.proc.lastPid())
@@ -242,9 +340,9 @@ func (r *Netlink) owner(inode uint32) (fdRef, error) {
 		if slices.Contains(tried, pid) {
 			continue
 		}
-		if ref, ok := scan(pid); ok {
-			return ref, nil
+		if ref, h, ok := scan(pid); ok {
+			return ref, h, nil
 		}
 	}
-	return fdRef{}, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+	return fdRef{}, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 }

@@ -13,11 +13,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procFS reads the process tables under a proc mount.
+// procFS reads the process tables under a proc mount, through held
+// handles (procTable) for the processes it meets again and again.
 type procFS struct {
 	root string
 	// stopAt ends ancestor walks below this pid (0: walk to pid 1).
 	stopAt int
+	t      *procTable
+}
+
+func newProcFS(root string, stopAt int) procFS {
+	return procFS{root: root, stopAt: stopAt, t: newProcTable(root)}
 }
 
 func (p procFS) path(pid int, rest string) string {
@@ -81,10 +87,36 @@ func socketInode(link []byte) (uint32, bool) {
 	return uint32(v), err == nil
 }
 
-// fdHolds reports whether fd of pid is (still) the socket with that inode.
-func (p procFS) fdHolds(ref fdRef, inode uint32) bool {
+// fdHolds reports whether fd of pid is (still) the socket with that inode,
+// read through pid's held handle: the answer is about the process the
+// handle is bound to. On success the handle is returned acquired (the
+// caller releases it).
+func (p procFS) fdHolds(ref fdRef, inode uint32) (*procHandle, bool) {
+	for try := 0; try < 2; try++ {
+		h, err := p.t.acquire(ref.pid)
+		if err != nil {
+			return nil, false
+		}
+		if p.handleHolds(h, ref.fd, inode) {
+			return h, true
+		}
+		// A closed fd, or a handle of an exited process that the pid has
+		// been reused since (without process events nothing dropped it):
+		// then open the pid afresh once.
+		_, err = h.ppid()
+		dead := err != nil && exited(err)
+		p.t.release(h, dead)
+		if !dead {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// handleHolds reports whether fd of h's process is the socket with inode.
+func (p procFS) handleHolds(h *procHandle, fd int, inode uint32) bool {
 	var buf [64]byte
-	n, err := unix.Readlink(p.path(ref.pid, "fd/"+strconv.Itoa(ref.fd)), buf[:])
+	n, err := unix.Readlinkat(h.dir, "fd/"+strconv.Itoa(fd), buf[:])
 	if err != nil {
 		return false
 	}
@@ -96,12 +128,37 @@ func (p procFS) fdHolds(ref fdRef, inode uint32) bool {
 // finds the one that holds target; it returns that fd (-1 if none). The
 // directory is read with getdents into one buffer and each link with
 // readlinkat on the directory fd: no per-entry path or name allocation.
-func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, error) {
-	dfd, err := unix.Open(p.path(pid, "fd"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
+// When the table holds pid, the scan reads through its handle and, if it
+// finds target, returns that handle acquired (the caller releases it): the
+// fd found is then known to belong to that very process. A scan alone does
+// not open a handle (a miss may scan every process of the host).
+func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, *procHandle, error) {
+	dfd := -1
+	h := p.t.peek(pid)
+	if h != nil {
+		var err error
+		if dfd, err = unix.Openat(h.dir, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			// The held process is gone; pid may be another one now.
+			p.t.release(h, exited(err))
+			h, dfd = nil, -1
+		}
 	}
-	defer unix.Close(dfd)
+	if dfd < 0 {
+		var err error
+		if dfd, err = unix.Open(p.path(pid, "fd"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return -1, nil, err
+		}
+	}
+	fd, err := scanDir(dfd, pid, target, seen)
+	_ = unix.Close(dfd)
+	if h != nil && (err != nil || fd < 0) {
+		p.t.release(h, false)
+		h = nil
+	}
+	return fd, h, err
+}
+
+func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, error) {
 	dirents := make([]byte, 8192)
 	var link [64]byte
 	for {
@@ -157,44 +214,72 @@ func atoiBytes(b []byte) (int, bool) {
 	return n, true
 }
 
-// exe reads /proc/<pid>/exe.
+// exe reads /proc/<pid>/exe through pid's held handle.
 func (p procFS) exe(pid int) (string, error) {
-	return os.Readlink(p.path(pid, "exe"))
+	var exe string
+	err := p.withHandle(pid, func(h *procHandle) (err error) {
+		exe, err = p.t.exe(h)
+		return err
+	})
+	return exe, err
 }
 
-// ppid reads the parent pid from /proc/<pid>/stat ("pid (comm) S ppid ...";
-// comm may hold spaces and parentheses, so parse after the last ')').
+// ppid reads the parent pid from pid's stat through its held handle.
 func (p procFS) ppid(pid int) (int, error) {
-	var buf [512]byte
-	fd, err := unix.Open(p.path(pid, "stat"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	var pp int
+	err := p.withHandle(pid, func(h *procHandle) (err error) {
+		pp, err = p.t.ppid(h)
+		return err
+	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("identity: %s: %w", p.path(pid, "stat"), err)
 	}
-	n, err := unix.Read(fd, buf[:])
-	unix.Close(fd)
-	if err != nil {
-		return 0, err
+	return pp, nil
+}
+
+// withHandle runs read on pid's held handle. A handle found dead (its
+// process exited; without process events nothing dropped it) leaves the
+// table, and pid, which may be another process now, is opened afresh once.
+func (p procFS) withHandle(pid int, read func(*procHandle) error) error {
+	for try := 0; ; try++ {
+		h, err := p.t.acquire(pid)
+		if err != nil {
+			return err
+		}
+		err = read(h)
+		dead := err != nil && exited(err)
+		p.t.release(h, dead)
+		if !dead || try == 1 {
+			return err
+		}
 	}
-	b := buf[:n]
-	// After ") " come the state (one letter), a space, then ppid.
-	i := bytes.LastIndexByte(b, ')') + 4
-	if i < 4 || i >= len(b) {
-		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
-	}
-	j := i + bytes.IndexByte(b[i:], ' ')
-	if j < i {
-		return 0, fmt.Errorf("identity: malformed %s", p.path(pid, "stat"))
-	}
-	return strconv.Atoi(string(b[i:j]))
 }
 
 // ancestors walks the ppid chain from pid, collecting each parent's exe,
 // until ppid 0 (pid 1 or a pid namespace's root seen from its own proc
-// mount), an unreadable process, or MaxAncestors entries.
+// mount), an unreadable process, or MaxAncestors entries. Every step reads
+// through held handles what process events do not vouch for (its parent
+// and its exe): a reparented process or an exec in the chain is seen.
 func (p procFS) ancestors(pid int) []string {
+	return p.walk(pid, p.ppid)
+}
+
+// ancestorsOf is ancestors of the process h is bound to.
+func (p procFS) ancestorsOf(h *procHandle) []string {
+	first := true
+	return p.walk(h.pid, func(pid int) (int, error) {
+		if first {
+			first = false
+			return p.t.ppid(h)
+		}
+		return p.ppid(pid)
+	})
+}
+
+func (p procFS) walk(pid int, parent func(int) (int, error)) []string {
 	var out []string
 	for len(out) < MaxAncestors {
-		pp, err := p.ppid(pid)
+		pp, err := parent(pid)
 		if err != nil || pp <= 0 || pp == p.stopAt {
 			break
 		}

@@ -1,0 +1,190 @@
+package identity
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel's process events connector (linux/connector.h, cn_proc.h).
+const (
+	cnIdxProc         = 1
+	cnValProc         = 1
+	procCnMcastListen = 1
+
+	procEventNone = 0x0
+	procEventExec = 0x2
+	procEventComm = 0x200
+	procEventExit = 0x80000000
+
+	cnMsgLen     = 20 // idx, val, seq, ack (u32 each), len, flags (u16 each)
+	procEventHdr = 16 // what, cpu (u32 each), timestamp (u64)
+)
+
+// procEvents listens to the kernel's process events (the proc connector):
+// every exec and exit on the host, in the order the kernel queued them.
+// The kernel queues an exec's event before the new program runs and an
+// exit's before the pid can be reused, so once sync has drained the socket,
+// a cached exe or parent that no event contradicts is what a read of /proc
+// would return now. A lost event (the socket overflowed) drops every cached
+// fact. Only in the initial pid namespace, where the events' pids are the
+// proc root's pids, and with CAP_NET_ADMIN; without it every lookup reads
+// /proc.
+type procEvents struct {
+	mu     sync.Mutex // one drain at a time; a lookup waits for a drain in progress
+	fd     int
+	buf    []byte
+	broken bool // the socket failed: nothing is vouched for any more
+}
+
+// openProcEvents subscribes to process events and checks that their pids
+// are numbered like this process's own (the initial pid namespace) by
+// renaming the calling thread to its own name and waiting for that event.
+func openProcEvents(wait time.Duration) (*procEvents, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
+	if err != nil {
+		return nil, fmt.Errorf("identity: proc connector socket: %w", err)
+	}
+	e := &procEvents{fd: fd, buf: make([]byte, 4096)}
+	if err := e.listen(); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	if err := e.selfCheck(wait); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *procEvents) listen() error {
+	if err := unix.Bind(e.fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
+		return fmt.Errorf("identity: proc connector bind: %w", err)
+	}
+	// A large queue: events are drained only when a connection is looked up.
+	_ = unix.SetsockoptInt(e.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	msg := make([]byte, unix.SizeofNlMsghdr+cnMsgLen+4)
+	ne := binary.NativeEndian
+	ne.PutUint32(msg[0:], uint32(len(msg)))
+	ne.PutUint16(msg[4:], unix.NLMSG_DONE)
+	ne.PutUint32(msg[12:], uint32(os.Getpid()))
+	c := msg[unix.SizeofNlMsghdr:]
+	ne.PutUint32(c[0:], cnIdxProc)
+	ne.PutUint32(c[4:], cnValProc)
+	ne.PutUint16(c[16:], 4)
+	ne.PutUint32(c[cnMsgLen:], procCnMcastListen)
+	if err := unix.Sendto(e.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("identity: proc connector listen: %w", err)
+	}
+	return nil
+}
+
+// selfCheck renames the calling thread to its own name (an event for this
+// thread) and waits for that event: it proves events arrive, and that
+// their pids are this process's numbering.
+func (e *procEvents) selfCheck(wait time.Duration) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var name [16]byte
+	if err := unix.Prctl(unix.PR_GET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+		return fmt.Errorf("identity: proc connector check: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+		return fmt.Errorf("identity: proc connector check: %w", err)
+	}
+	tid, pid := uint32(unix.Gettid()), uint32(os.Getpid())
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		n, _, err := unix.Recvfrom(e.fd, e.buf, 0)
+		if errors.Is(err, unix.EAGAIN) {
+			fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
+			_, _ = unix.Poll(fds, 10)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("identity: proc connector check: %w", err)
+		}
+		what, a, b, ok := parseProcEvent(e.buf[:n])
+		switch {
+		case !ok:
+		case what == procEventNone && a != 0:
+			return fmt.Errorf("identity: proc connector listen refused: %w", unix.Errno(a))
+		case what == procEventComm && a == tid && b == pid:
+			return nil
+		}
+	}
+	return errors.New("identity: proc connector: no event for this process (not the initial pid namespace, or no CAP_NET_ADMIN)")
+}
+
+// parseProcEvent returns an event's kind and its first two fields: for
+// exec, exit and comm the pid (thread id) and tgid; for the listen ack the
+// error number.
+func parseProcEvent(b []byte) (what, a, bb uint32, ok bool) {
+	ne := binary.NativeEndian
+	if len(b) < unix.SizeofNlMsghdr+cnMsgLen+procEventHdr+8 {
+		return 0, 0, 0, false
+	}
+	c := b[unix.SizeofNlMsghdr:]
+	if ne.Uint32(c[0:]) != cnIdxProc || ne.Uint32(c[4:]) != cnValProc {
+		return 0, 0, 0, false
+	}
+	ev := c[cnMsgLen:]
+	return ne.Uint32(ev[0:]), ne.Uint32(ev[procEventHdr:]), ne.Uint32(ev[procEventHdr+4:]), true
+}
+
+// sync drains every queued event into t: an exec or exit of a process
+// forgets what t knew of it (and, for an exit, of its children, which are
+// reparented); a lost event forgets everything. When sync returns, every
+// event queued before it was called has been applied.
+func (e *procEvents) sync(t *procTable) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		if e.broken || e.fd < 0 {
+			t.forgetAll()
+			return
+		}
+		n, _, err := unix.Recvfrom(e.fd, e.buf, 0)
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.EAGAIN):
+			return
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS): // events were lost; the queue goes on
+			t.forgetAll()
+			continue
+		default:
+			e.broken = true
+			continue
+		}
+		what, pid, tgid, ok := parseProcEvent(e.buf[:n])
+		if !ok {
+			continue
+		}
+		switch {
+		case what == procEventExec:
+			t.forget(int(tgid), false)
+		case what == procEventExit && pid == tgid: // a thread's exit changes nothing
+			t.forget(int(tgid), true)
+		}
+	}
+}
+
+func (e *procEvents) close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fd < 0 {
+		return nil
+	}
+	err := unix.Close(e.fd)
+	e.fd = -1
+	return err
+}

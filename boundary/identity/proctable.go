@@ -1,0 +1,302 @@
+package identity
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxHandles bounds the processes the table holds open (two fds each).
+const maxHandles = 256
+
+// procHandle is one process held open by two fds bound to the process
+// itself, not to its pid number: its /proc/PID directory (O_PATH, for
+// readlinkat of "exe" and "fd/N" and for opening "fd") and its stat file
+// (read again with pread). Once the process is gone both only fail (ESRCH
+// or ENOENT), even after its pid number is reused, so a held handle can
+// never describe another process. An exec keeps the handle and changes
+// what "exe" reads; that is why exe is read on every use, never cached.
+type procHandle struct {
+	pid  int
+	dir  int // O_PATH fd of /proc/PID
+	stat int // fd of /proc/PID/stat
+
+	// Guarded by procTable.mu.
+	refs int    // acquirers that have not released it
+	gone bool   // out of the table; the fds close when refs reach 0
+	used uint64 // table tick of the last acquire
+	// What was read of the process, kept only while process events vouch
+	// for it (procTable.events): an exec or exit event bumps epoch and
+	// clears them, and a read stores its result only if epoch has not
+	// moved since the read began.
+	epoch   uint64
+	exeC    string
+	ppidC   int
+	hasExe  bool
+	hasPpid bool
+}
+
+// procTable holds recently used processes open so that identifying the
+// next connection of the same client (or of a process with the same
+// ancestors) reads each process with one pread and one readlinkat instead
+// of opening, reading and closing its files by path.
+type procTable struct {
+	root string
+	// events, when set, keeps the exe and parent of held processes valid
+	// between reads: see procEvents.
+	events *procEvents
+	mu     sync.Mutex
+	m      map[int]*procHandle
+	tick   uint64
+}
+
+func newProcTable(root string) *procTable {
+	return &procTable{root: root, m: map[int]*procHandle{}}
+}
+
+// acquire returns the held handle of pid, opening it when absent. Release
+// it when done.
+func (t *procTable) acquire(pid int) (*procHandle, error) {
+	t.mu.Lock()
+	t.tick++
+	if h, ok := t.m[pid]; ok {
+		h.refs++
+		h.used = t.tick
+		t.mu.Unlock()
+		return h, nil
+	}
+	t.mu.Unlock()
+	dir, err := unix.Open(t.root+"/"+strconv.Itoa(pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	stat, err := unix.Openat(dir, "stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Close(dir)
+		return nil, err
+	}
+	h := &procHandle{pid: pid, dir: dir, stat: stat, refs: 1}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.m[pid]; ok { // opened meanwhile by another lookup
+		h.close()
+		old.refs++
+		old.used = t.tick
+		return old, nil
+	}
+	if len(t.m) >= maxHandles {
+		t.evictLocked()
+	}
+	h.used = t.tick
+	t.m[pid] = h
+	return h, nil
+}
+
+// peek returns pid's handle, acquired, only if the table holds it.
+func (t *procTable) peek(pid int) *procHandle {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h, ok := t.m[pid]
+	if !ok {
+		return nil
+	}
+	h.refs++
+	return h
+}
+
+// evictLocked drops the least recently used handle.
+func (t *procTable) evictLocked() {
+	var lru *procHandle
+	for _, h := range t.m {
+		if lru == nil || h.used < lru.used {
+			lru = h
+		}
+	}
+	if lru != nil {
+		t.dropLocked(lru)
+	}
+}
+
+func (t *procTable) dropLocked(h *procHandle) {
+	if t.m[h.pid] == h {
+		delete(t.m, h.pid)
+	}
+	if !h.gone {
+		h.gone = true
+		if h.refs == 0 {
+			h.close()
+		}
+	}
+}
+
+// release gives back an acquired handle (nil: nothing). gone says the process was found
+// exited: the handle leaves the table so that the pid, when reused, is
+// opened afresh.
+func (t *procTable) release(h *procHandle, gone bool) {
+	if h == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h.refs--
+	if gone {
+		t.dropLocked(h)
+	}
+	if h.gone && h.refs == 0 {
+		h.close()
+	}
+}
+
+// forget drops what is known of pid (an exec or exit event); for an exit,
+// the handle leaves the table, and its children's parents are forgotten
+// (they are reparented).
+func (t *procTable) forget(pid int, exit bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.m[pid]; ok {
+		h.invalidate()
+		if exit {
+			t.dropLocked(h)
+		}
+	}
+	if exit {
+		for _, h := range t.m {
+			if h.hasPpid && h.ppidC == pid {
+				h.invalidate()
+			}
+		}
+	}
+}
+
+// forgetAll drops everything known (events were lost).
+func (t *procTable) forgetAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.m {
+		h.invalidate()
+	}
+}
+
+func (h *procHandle) invalidate() {
+	h.epoch++
+	h.hasExe, h.hasPpid, h.exeC, h.ppidC = false, false, "", 0
+}
+
+// exe returns h's exe, from what events vouch for or read now.
+func (t *procTable) exe(h *procHandle) (string, error) {
+	if t.events == nil {
+		return h.exe()
+	}
+	t.mu.Lock()
+	exe, ok, epoch := h.exeC, h.hasExe, h.epoch
+	t.mu.Unlock()
+	if ok {
+		return exe, nil
+	}
+	exe, err := h.exe()
+	if err == nil {
+		t.mu.Lock()
+		if h.epoch == epoch {
+			h.exeC, h.hasExe = exe, true
+		}
+		t.mu.Unlock()
+	}
+	return exe, err
+}
+
+// ppid returns h's parent pid, from what events vouch for or read now.
+func (t *procTable) ppid(h *procHandle) (int, error) {
+	if t.events == nil {
+		return h.ppid()
+	}
+	t.mu.Lock()
+	pp, ok, epoch := h.ppidC, h.hasPpid, h.epoch
+	t.mu.Unlock()
+	if ok {
+		return pp, nil
+	}
+	pp, err := h.ppid()
+	if err == nil {
+		t.mu.Lock()
+		if h.epoch == epoch {
+			h.ppidC, h.hasPpid = pp, true
+		}
+		t.mu.Unlock()
+	}
+	return pp, err
+}
+
+// reset closes every handle no lookup holds (tests).
+func (t *procTable) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.m {
+		t.dropLocked(h)
+	}
+}
+
+func (h *procHandle) close() {
+	if h.dir >= 0 {
+		_ = unix.Close(h.dir)
+		_ = unix.Close(h.stat)
+		h.dir, h.stat = -1, -1
+	}
+}
+
+// exe reads the process's exe link (may end in " (deleted)").
+func (h *procHandle) exe() (string, error) {
+	var buf [512]byte
+	n, err := unix.Readlinkat(h.dir, "exe", buf[:])
+	if err != nil {
+		return "", err
+	}
+	if n < len(buf) {
+		return string(buf[:n]), nil
+	}
+	big := make([]byte, unix.PathMax)
+	if n, err = unix.Readlinkat(h.dir, "exe", big); err != nil {
+		return "", err
+	}
+	return string(big[:n]), nil
+}
+
+// ppid reads the parent pid from the held stat file ("pid (comm) S ppid
+// ..."; comm may hold spaces and parentheses, so parse after the last ')').
+func (h *procHandle) ppid() (int, error) {
+	var buf [512]byte
+	n, err := unix.Pread(h.stat, buf[:], 0)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, errExited
+	}
+	b := buf[:n]
+	// After ") " come the state (one letter), a space, then ppid.
+	i := bytes.LastIndexByte(b, ')') + 4
+	if i < 4 || i >= len(b) {
+		return 0, errMalformedStat
+	}
+	j := i + bytes.IndexByte(b[i:], ' ')
+	if j < i {
+		return 0, errMalformedStat
+	}
+	pp, ok := atoiBytes(b[i:j])
+	if !ok {
+		return 0, errMalformedStat
+	}
+	return pp, nil
+}
+
+var errMalformedStat = errors.New("malformed stat")
+
+// errExited marks a read that failed because the process is gone.
+var errExited = errors.New("process exited")
+
+// exited reports whether err from a handle's read means the process is gone.
+func exited(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, errExited)
+}

@@ -1,0 +1,210 @@
+package identity
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A held handle reads the process it was opened on: after an exec it reads
+// the new exe, after the process is gone it fails, and the table then opens
+// the pid afresh.
+func TestProcHandleFollowsExecAndExit(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sh, "-c", "read x; exec "+sleep+" 30")
+	cmd.Stdin = r
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	_ = r.Close()
+	p := newProcFS("/proc", 0)
+	defer p.t.reset()
+	pid := cmd.Process.Pid
+	before, err := p.exe(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp, err := p.ppid(pid); err != nil || pp != os.Getpid() {
+		t.Fatalf("ppid %d, %v; want %d", pp, err, os.Getpid())
+	}
+	held := p.t.peek(pid)
+	if held == nil {
+		t.Fatal("the table does not hold the process it read")
+	}
+	p.t.release(held, false)
+	_, _ = w.WriteString("go\n")
+	_ = w.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	var after string
+	for time.Now().Before(deadline) {
+		if after, err = p.exe(pid); err == nil && after != before {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.HasSuffix(after, "/sleep") || after == before {
+		t.Fatalf("exe after exec through the held handle: %q (before %q), want sleep", after, before)
+	}
+	h, err := p.t.acquire(pid)
+	if err != nil || h != held {
+		t.Fatalf("acquire after exec: %p, %v; want the same handle %p", h, err, held)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if pp, err := h.ppid(); err == nil {
+		t.Fatalf("stat of a reaped process through its handle: ppid %d, no error", pp)
+	} else if !exited(err) {
+		t.Fatalf("stat of a reaped process: %v, want it recognised as exited", err)
+	}
+	p.t.release(h, true)
+	if p.t.peek(pid) != nil {
+		t.Fatal("an exited process stays in the table")
+	}
+	if h.dir != -1 || h.stat != -1 {
+		t.Fatalf("released handle of an exited process keeps fds %d/%d", h.dir, h.stat)
+	}
+}
+
+// The table holds at most maxHandles processes; a handle still acquired
+// when it is evicted keeps its fds until it is released.
+func TestProcTableBound(t *testing.T) {
+	tb := newProcTable("/proc")
+	self := os.Getpid()
+	h, err := tb.acquire(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the table with placeholder entries (no fds), all used after self.
+	for i := range maxHandles {
+		tb.mu.Lock()
+		tb.tick++
+		tb.m[-1-i] = &procHandle{pid: -1 - i, dir: -1, stat: -1, used: tb.tick}
+		if len(tb.m) > maxHandles {
+			tb.evictLocked()
+		}
+		tb.mu.Unlock()
+	}
+	tb.mu.Lock()
+	size, inTable := len(tb.m), tb.m[self] == h
+	tb.mu.Unlock()
+	if size > maxHandles || inTable {
+		t.Fatalf("table of %d entries, oldest still in: %v; want at most %d and the oldest evicted", size, inTable, maxHandles)
+	}
+	if h.dir < 0 {
+		t.Fatal("an evicted handle still acquired lost its fds")
+	}
+	if _, err := h.ppid(); err != nil {
+		t.Fatalf("read through an evicted but acquired handle: %v", err)
+	}
+	tb.release(h, false)
+	if h.dir != -1 {
+		t.Fatal("an evicted handle kept its fds after its release")
+	}
+}
+
+// With process events, what the table read before is reused until an event
+// says otherwise: an exec is seen at the next sync, and a parent's exit
+// makes its child's parent read again (it was reparented).
+func TestProcEventsKeepCacheExact(t *testing.T) {
+	requireRoot(t)
+	ev, err := openProcEvents(time.Second)
+	if err != nil {
+		unavailable(t, "process events: %v", err)
+	}
+	defer ev.close()
+	sh, sleep := lookPath(t, "sh"), lookPath(t, "sleep")
+	p := newProcFS("/proc", 0)
+	p.t.events = ev
+	defer p.t.reset()
+
+	// parent: sh that starts a child sh, then waits for a line to exit;
+	// the child waits for a line on its own pipe, then execs sleep.
+	pr, pw, _ := os.Pipe()
+	cr, cw, _ := os.Pipe()
+	defer pw.Close()
+	defer cw.Close()
+	cmd := exec.Command(sh, "-c", `sh -c 'read x <&3; exec `+sleep+` 30' 3<&4 & echo $!; read y`)
+	cmd.Stdin = pr
+	cmd.ExtraFiles = []*os.File{nil, cr} // fd 4 in the parent
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pr.Close()
+	cr.Close()
+	var child int
+	if _, err := fmt.Fscan(out, &child); err != nil || child <= 0 {
+		t.Fatalf("child pid: %d, %v", child, err)
+	}
+	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
+
+	ev.sync(p.t)
+	exe0, err := p.exe(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp, err := p.ppid(child); err != nil || pp != cmd.Process.Pid {
+		t.Fatalf("child's parent %d, %v; want %d", pp, err, cmd.Process.Pid)
+	}
+	h := p.t.peek(child)
+	p.t.mu.Lock()
+	cached := h.hasExe && h.hasPpid
+	p.t.mu.Unlock()
+	p.t.release(h, false)
+	if !cached {
+		t.Fatal("with process events the table keeps what it read")
+	}
+
+	_, _ = cw.WriteString("go\n")
+	waitFor(t, func() bool {
+		ev.sync(p.t)
+		exe, err := p.exe(child)
+		return err == nil && exe != exe0 && strings.HasSuffix(exe, "/sleep")
+	}, "the exec of the child to be seen")
+	// Read (and so cache) the child's parent and the parent itself again.
+	if pp, err := p.ppid(child); err != nil || pp != cmd.Process.Pid {
+		t.Fatalf("child's parent %d, %v; want %d", pp, err, cmd.Process.Pid)
+	}
+	if _, err := p.exe(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+
+	_, _ = pw.WriteString("go\n") // the parent exits; the child is reparented
+	_ = cmd.Wait()
+	waitFor(t, func() bool {
+		ev.sync(p.t)
+		pp, err := p.ppid(child)
+		return err == nil && pp != cmd.Process.Pid
+	}, "the child's new parent to be seen")
+	if p.t.peek(cmd.Process.Pid) != nil {
+		t.Fatal("the exited parent stays in the table")
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
