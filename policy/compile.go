@@ -152,6 +152,10 @@ type compiled struct {
 	dns       rego.PreparedEvalQuery
 	endpoints []endpointInfo
 	names     map[string]string
+	// index answers in front of OPA (nil: OPA decides alone, because the
+	// engine runs without an index or because indexErr says why not).
+	index    *decisionIndex
+	indexErr error
 }
 
 // endpointRef is an endpoint with its global id (file order).
@@ -173,26 +177,68 @@ type hostGroup struct {
 // hostMatcher finds the pattern groups matching a host without scanning
 // every pattern: a pattern is filed under its trailing literal labels, so a
 // host looks up each of its proper suffixes (one map lookup per label).
+// Under one suffix, a pattern whose wildcard label (the one before the
+// suffix) ends in literal characters, as "*-svc1" in "*-svc1.example.com",
+// is filed under that tail too: only a host whose label before the suffix
+// ends so can match, so 1,000 such patterns under example.com cost a few
+// lookups, not 1,000 matches.
 type hostMatcher struct {
 	groups   []*hostGroup
-	bySuffix map[string][]int // literal suffix -> group indexes, ascending
-	hostless *hostGroup       // nil when no endpoint is host-less
+	bySuffix map[string][]int       // literal suffix -> group indexes, ascending
+	byTail   map[string]*tailFilter // literal suffix -> patterns with a literal tail
+	hostless *hostGroup             // nil when no endpoint is host-less
+}
+
+// tailFilter is the patterns under one suffix whose wildcard label ends in
+// a literal tail, by tail, and the tail lengths in use.
+type tailFilter struct {
+	lens   []int
+	byTail map[string][]int // tail -> group indexes, ascending
+}
+
+// add files a group's pattern under its literal suffix (and the tail of
+// the label before it, when that is not "**" and ends in literals).
+func (m *hostMatcher) add(pat *hostPattern, group int) {
+	suffix := pat.literalSuffix()
+	if tail := pat.wildcardTail(); tail != "" {
+		f := m.byTail[suffix]
+		if f == nil {
+			f = &tailFilter{byTail: map[string][]int{}}
+			m.byTail[suffix] = f
+		}
+		if !slices.Contains(f.lens, len(tail)) {
+			f.lens = append(f.lens, len(tail))
+		}
+		f.byTail[tail] = append(f.byTail[tail], group)
+		return
+	}
+	m.bySuffix[suffix] = append(m.bySuffix[suffix], group)
 }
 
 // matching returns the indexes of the pattern groups matching host, in
 // group order (host-less endpoints not included).
 func (m *hostMatcher) matching(host string) []int {
 	var out []int
-	for rest := host; ; {
-		i := strings.IndexByte(rest, '.')
-		if i < 0 {
-			rest = ""
-		} else {
-			rest = rest[i+1:]
-		}
-		for _, g := range m.bySuffix[rest] {
+	try := func(groups []int) {
+		for _, g := range groups {
 			if m.groups[g].pat.match(host) {
 				out = append(out, g)
+			}
+		}
+	}
+	for rest := host; ; {
+		label := rest
+		if i := strings.IndexByte(rest, '.'); i < 0 {
+			rest = ""
+		} else {
+			label, rest = rest[:i], rest[i+1:]
+		}
+		try(m.bySuffix[rest])
+		if f := m.byTail[rest]; f != nil {
+			for _, n := range f.lens {
+				if n <= len(label) {
+					try(f.byTail[label[len(label)-n:]])
+				}
 			}
 		}
 		if rest == "" {
@@ -266,22 +312,31 @@ func (m *hostMatcher) key(name *ast.Term) (*ast.Term, error) {
 	if !ok {
 		return nil, fmt.Errorf("stockade.host_key: want a string, got %v", name)
 	}
-	if gs := m.matching(string(n)); len(gs) > 0 {
-		return ast.StringTerm(m.groups[gs[0]].refs[0].np.Key), nil
+	if k, ok := m.firstKey(string(n)); ok {
+		return ast.StringTerm(k), nil
 	}
 	return nil, nil
 }
 
+// firstKey is the policy key of the first pattern group matching name.
+func (m *hostMatcher) firstKey(name string) (string, bool) {
+	if gs := m.matching(name); len(gs) > 0 {
+		return m.groups[gs[0]].refs[0].np.Key, true
+	}
+	return "", false
+}
+
 // compile builds the data document of a policy and prepares the network
-// and DNS queries once.
-func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compiled, error) {
+// and DNS queries once; withIndex also derives the decision index from the
+// same document (see buildIndex).
+func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy, withIndex bool) (*compiled, error) {
 	c := &compiled{names: map[string]string{}}
 	names := ast.NewObject()
 	exactHost, wildHost := ast.NewObject(), ast.NewObject()
 	byHost, bySuffix := map[string][]endpointRef{}, map[string][]endpointRef{}
 	var hostOrder, suffixOrder []string
 	globs := map[string]*glob.Pattern{}
-	m := &hostMatcher{bySuffix: map[string][]int{}}
+	m := &hostMatcher{bySuffix: map[string][]int{}, byTail: map[string]*tailFilter{}}
 	patGroup := map[string]*hostGroup{}
 	simpleOnly := true // every pattern is "*.<literal suffix>": the wild table answers
 	for _, np := range pol.NetworkPolicies {
@@ -319,7 +374,7 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 					g = &hostGroup{pat: pat}
 					patGroup[ep.Host] = g
 					suffix := pat.literalSuffix()
-					m.bySuffix[suffix] = append(m.bySuffix[suffix], len(m.groups))
+					m.add(pat, len(m.groups))
 					m.groups = append(m.groups, g)
 					if ep.Host != "*."+suffix || suffix == "" {
 						simpleOnly = false
@@ -358,15 +413,19 @@ func compile(ctx context.Context, compiler *ast.Compiler, pol *Policy) (*compile
 	for _, s := range suffixOrder {
 		wild.Insert(ast.StringTerm(s), ast.NewTerm(portTable(bySuffix[s])))
 	}
-	data := ast.NewObject(ast.Item(ast.StringTerm("stockade"), ast.ObjectTerm(
+	doc := ast.NewObject(
 		ast.Item(ast.StringTerm("exact"), ast.NewTerm(exact)),
 		ast.Item(ast.StringTerm("wild"), ast.NewTerm(wild)),
 		ast.Item(ast.StringTerm("names"), ast.NewTerm(names)),
 		ast.Item(ast.StringTerm("exact_host"), ast.NewTerm(exactHost)),
 		ast.Item(ast.StringTerm("wild_host"), ast.NewTerm(wildHost)),
 		ast.Item(ast.StringTerm("patterns"), ast.BooleanTerm(!simpleOnly)),
-	)))
-	store := inmem.NewFromASTObject(data)
+	)
+	if withIndex {
+		// Before the store takes the document: the index reads it as OPA will.
+		c.index, c.indexErr = buildIndex(doc, m, globs, len(c.endpoints))
+	}
+	store := inmem.NewFromASTObject(ast.NewObject(ast.Item(ast.StringTerm("stockade"), ast.NewTerm(doc))))
 	decl := globIDsDecl()
 	globIDs := rego.Function2(&rego.Function{Name: decl.Name, Decl: decl.Decl}, func(_ rego.BuiltinContext, pairs, paths *ast.Term) (*ast.Term, error) {
 		return globIDsBuiltin(globs, pairs, paths)

@@ -76,6 +76,10 @@ func WithFaults(f fault.Injector) Option { return func(e *Engine) { e.faults = f
 // WithCacheSize bounds each version's decision cache; 0 disables caching.
 func WithCacheSize(n int) Option { return func(e *Engine) { e.cacheSize = max(n, 0) } }
 
+// withoutIndex makes OPA answer every decision (no decision index): the
+// reference side of the differential test and the OPA-only benchmark.
+func withoutIndex() Option { return func(e *Engine) { e.noIndex = true } }
+
 // Engine answers network and DNS decisions for the current policy version.
 // Load swaps in a new version atomically; a decision runs to its end on the
 // snapshot it started with. All methods are safe for concurrent use.
@@ -83,6 +87,7 @@ type Engine struct {
 	log       zerolog.Logger
 	faults    fault.Injector
 	cacheSize int
+	noIndex   bool
 	compiler  *ast.Compiler
 	moduleErr error
 	keys      *inputKeys
@@ -134,16 +139,26 @@ func (e *Engine) load(file string, data []byte, version uint64) (uint64, error) 
 		e.log.Warn().Str("file", file).Err(err).Msg("policy rejected; keeping the current version")
 		return 0, err
 	}
+	return e.install(pol, version)
+}
+
+// install compiles a parsed policy (once: its queries and decision index)
+// and makes it the current version.
+func (e *Engine) install(pol *Policy, version uint64) (uint64, error) {
+	file := pol.File
 	if e.moduleErr != nil {
 		return 0, e.moduleErr
 	}
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
-	c, err := compile(context.Background(), e.compiler, pol)
+	c, err := compile(context.Background(), e.compiler, pol, !e.noIndex)
 	if err != nil {
 		err = fmt.Errorf("policy %s: %w", file, err)
 		e.log.Error().Err(err).Msg("policy compile failed; keeping the current version")
 		return 0, err
+	}
+	if c.indexErr != nil {
+		e.log.Warn().Str("file", file).Err(c.indexErr).Msg("no decision index for this policy; OPA decides alone")
 	}
 	switch {
 	case version == 0:
@@ -183,10 +198,7 @@ func (e *Engine) Current() (*Policy, uint64) {
 // boundary_fault, not cached. An injected panic propagates to the caller.
 func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
 	in.Host = normalizeName(in.Host)
-	key := cacheKey{host: in.Host, port: in.Port, exe: in.Exe, ancestors: strings.Join(in.Ancestors, "\x00"), identityNone: in.IdentityNone}
-	return e.decide(ctx, key, func(s *snapshot) (rego.PreparedEvalQuery, ast.Object) {
-		return s.network, e.keys.networkInput(in)
-	})
+	return e.decide(ctx, cacheKey{host: in.Host, port: in.Port, exe: in.Exe, ancestors: in.Ancestors, identityNone: in.IdentityNone})
 }
 
 // DecideDNS decides whether a DNS name may be resolved: it must be an
@@ -195,36 +207,55 @@ func (e *Engine) DecideNetwork(ctx context.Context, in NetworkInput) Decision {
 // are those of DecideNetwork.
 func (e *Engine) DecideDNS(ctx context.Context, in DNSInput) Decision {
 	in.Name = normalizeName(in.Name)
-	return e.decide(ctx, cacheKey{dns: true, host: in.Name, port: in.QType}, func(s *snapshot) (rego.PreparedEvalQuery, ast.Object) {
-		return s.dns, e.keys.dnsInput(in)
-	})
+	return e.decide(ctx, cacheKey{dns: true, host: in.Name, port: in.QType})
 }
 
-// decide answers from the current snapshot's cache, or evaluates the query
-// and input that prepare returns (built only on a cache miss).
-func (e *Engine) decide(ctx context.Context, key cacheKey, prepare func(*snapshot) (rego.PreparedEvalQuery, ast.Object)) Decision {
+// decide answers the decision key (its full input) from the current
+// snapshot's cache, or on a miss from the decision index, or from OPA
+// when the version has no index.
+func (e *Engine) decide(ctx context.Context, key cacheKey) Decision {
 	s := e.cur.Load()
 	if s == nil {
 		return Decision{Reason: reason.PolicyUnavailable, Policy: "-", Message: "no valid policy is loaded; everything is denied"}
 	}
-	if d, ok := s.cache.get(key); ok {
+	if d, ok := s.cache.get(&key); ok {
 		return d
 	}
 	if err := e.faults.Inject(fault.PolicyDecide); err != nil {
 		return s.fault(key, err)
 	}
 	if d, bad := s.controlChar(key); bad { // on a miss only: the hit path stays a lookup
-		s.cache.put(key, d)
+		s.cache.put(&key, d)
 		return d
 	}
-	q, input := prepare(s)
-	d, err := s.eval(ctx, q, input)
+	// Decisions take microseconds: the context is checked once here (OPA
+	// runs without its per-evaluation cancellation goroutine, see eval).
+	if err := ctx.Err(); err != nil {
+		return s.fault(key, fmt.Errorf("policy version %d: %w", s.version, err))
+	}
+	raw, err := e.answer(ctx, s, &key)
 	if err != nil {
 		e.log.Error().Err(err).Uint64("version", s.version).Str("decision", key.String()).Msg("policy evaluation failed")
 		return s.fault(key, err)
 	}
-	s.cache.put(key, d)
+	d := s.finish(raw)
+	s.cache.put(&key, d)
 	return d
+}
+
+// answer is the decision object for key: the index's, or OPA's.
+func (e *Engine) answer(ctx context.Context, s *snapshot, key *cacheKey) (rawDecision, error) {
+	if key.dns {
+		if s.index != nil {
+			return s.index.dns(key.host), nil
+		}
+		return s.eval(ctx, s.dns, e.keys.dnsInput(DNSInput{Name: key.host, QType: key.port}))
+	}
+	in := NetworkInput{Host: key.host, Port: key.port, Exe: key.exe, Ancestors: key.ancestors, IdentityNone: key.identityNone}
+	if s.index != nil {
+		return s.index.network(&in), nil
+	}
+	return s.eval(ctx, s.network, e.keys.networkInput(in))
 }
 
 // controlChar denies a name holding a control character (NUL included):
@@ -299,20 +330,16 @@ func (k *inputKeys) dnsInput(in DNSInput) ast.Object {
 
 // eval runs a prepared query and reads its decision object straight from
 // the AST (no JSON round trip).
-func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (Decision, error) {
-	// Decisions take microseconds: the context is checked once here instead
-	// of OPA's per-evaluation cancellation goroutine (s.noCancel is never
-	// cancelled), and metrics are off.
-	if err := ctx.Err(); err != nil {
-		return Decision{}, fmt.Errorf("policy version %d: %w", s.version, err)
-	}
+func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (rawDecision, error) {
+	// The caller checked ctx: OPA's per-evaluation cancellation goroutine
+	// is replaced by s.noCancel (never cancelled), and metrics are off.
 	rs, err := q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepAST),
 		rego.EvalMetrics(metrics.NoOp()), rego.EvalExternalCancel(s.noCancel))
 	if err != nil {
-		return Decision{}, fmt.Errorf("policy version %d: %w", s.version, err)
+		return rawDecision{}, fmt.Errorf("policy version %d: %w", s.version, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return Decision{}, fmt.Errorf("policy version %d: decision undefined", s.version)
+		return rawDecision{}, fmt.Errorf("policy version %d: decision undefined", s.version)
 	}
 	t, _ := rs[0].Expressions[0].Value.(*ast.Term)
 	var obj ast.Object
@@ -320,54 +347,50 @@ func (s *snapshot) eval(ctx context.Context, q rego.PreparedEvalQuery, input ast
 		obj, _ = t.Value.(ast.Object)
 	}
 	if obj == nil {
-		return Decision{}, fmt.Errorf("policy version %d: decision is %v, not an object", s.version, t)
+		return rawDecision{}, fmt.Errorf("policy version %d: decision is %v, not an object", s.version, t)
 	}
-	d := Decision{Version: s.version}
-	allow, ok1 := field[ast.Boolean](obj, "allow")
-	code, ok2 := field[ast.String](obj, "reason")
-	name, ok3 := field[ast.String](obj, "policy")
-	msg, ok4 := field[ast.String](obj, "message")
-	ids, ok5 := field[*ast.Array](obj, "endpoints")
+	allow, ok1 := member[ast.Boolean](obj, "allow")
+	code, ok2 := member[ast.String](obj, "reason")
+	name, ok3 := member[ast.String](obj, "policy")
+	msg, ok4 := member[ast.String](obj, "message")
+	ids, ok5 := member[*ast.Array](obj, "endpoints")
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		return Decision{}, fmt.Errorf("policy version %d: malformed decision %v", s.version, obj)
+		return rawDecision{}, fmt.Errorf("policy version %d: malformed decision %v", s.version, obj)
 	}
-	d.Allow, d.Reason, d.Policy, d.Message = bool(allow), reason.Code(code), string(name), string(msg)
-	d.PolicyName = s.names[d.Policy]
-	seen := make([]int, 0, ids.Len())
-	for i := 0; i < ids.Len(); i++ {
+	d := rawDecision{allow: bool(allow), reason: reason.Code(code), policy: string(name), message: string(msg), ids: make([]int, ids.Len())}
+	for i := range d.ids {
 		num, _ := ids.Elem(i).Value.(ast.Number)
 		n, ok := num.Int()
 		if !ok || n < 0 || n >= len(s.endpoints) {
-			return Decision{}, fmt.Errorf("policy version %d: decision names unknown endpoint %v", s.version, ids.Elem(i))
+			return rawDecision{}, fmt.Errorf("policy version %d: decision names unknown endpoint %v", s.version, ids.Elem(i))
 		}
-		if slices.Contains(seen, n) {
-			continue
-		}
-		seen = append(seen, n)
-		ep := s.endpoints[n]
-		d.ExactHost = d.ExactHost || ep.exact
-		if len(seen) == 1 {
-			d.AllowedIPs = ep.allowedIPs // shared, read-only
-		} else {
-			for _, r := range ep.allowedIPs {
-				if !slices.Contains(d.AllowedIPs, r) { // each range once
-					d.AllowedIPs = append(slices.Clip(d.AllowedIPs), r)
-				}
-			}
-		}
+		d.ids[i] = n
 	}
 	return d, nil
 }
 
-// field reads a typed member of a decision object.
-func field[T ast.Value](obj ast.Object, key string) (T, bool) {
-	var zero T
-	t := obj.Get(ast.StringTerm(key))
-	if t == nil {
-		return zero, false
+// finish turns the decision object (OPA's or the index's) into a
+// Decision: the policy's name beside its key, and the destination check
+// of the allowing endpoints (each endpoint once, in the order named).
+func (s *snapshot) finish(r rawDecision) Decision {
+	d := Decision{Allow: r.allow, Reason: r.reason, Policy: r.policy, PolicyName: s.names[r.policy], Message: r.message, Version: s.version}
+	for i, n := range r.ids {
+		if slices.Contains(r.ids[:i], n) {
+			continue
+		}
+		ep := s.endpoints[n]
+		d.ExactHost = d.ExactHost || ep.exact
+		if i == 0 {
+			d.AllowedIPs = ep.allowedIPs // shared, read-only
+			continue
+		}
+		for _, p := range ep.allowedIPs {
+			if !slices.Contains(d.AllowedIPs, p) { // each range once
+				d.AllowedIPs = append(slices.Clip(d.AllowedIPs), p)
+			}
+		}
 	}
-	v, ok := t.Value.(T)
-	return v, ok
+	return d
 }
 
 func keepAST(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }

@@ -152,6 +152,22 @@ func (p *hostPattern) literalSuffix() string {
 	return strings.Join(parts, ".")
 }
 
+// wildcardTail is the literal characters ending the last wildcard label
+// (the one before literalSuffix): every host the pattern matches has a
+// label there ending in them. It is "" when that label is "**" or ends in
+// a wildcard, or when there is no wildcard label.
+func (p *hostPattern) wildcardTail() string {
+	i := len(p.labels)
+	for i > 0 && p.labels[i-1].literal {
+		i--
+	}
+	if i == 0 || p.labels[i-1].recursive {
+		return ""
+	}
+	l := p.labels[i-1].text
+	return l[strings.LastIndexAny(l, "*?[]")+1:]
+}
+
 // globLabel matches one label against a glob of '*', '?' and classes.
 func globLabel(pat, s string) bool {
 	// Iterative matching with one backtrack point for the last '*'.
