@@ -31,22 +31,45 @@ type (
 	}
 	// dnsListenFailed ends the dns actor: its supervisor restarts it.
 	dnsListenFailed struct{ err error }
+	// dnsHandoff is a query a batch actor gives to an actor of its own;
+	// pending is its decision when already made (dnsproxy.AnswerPacket).
+	// Its in-flight slot is already taken.
+	dnsHandoff struct {
+		q       *dnsPacket
+		pending *dnsproxy.Outcome
+	}
+	// dnsRescue is the rest of a batch that took too long; its in-flight
+	// slots are already taken.
+	dnsRescue struct{ batch *dnsBatch }
 )
 
 // dnsActor owns the DNS read loops (UDP packets, TCP connections) and
-// spawns a query actor per query.
+// spawns the query actors: one per UDP read (a batch, see dns_batch.go),
+// one per TCP query and per query handed off by a batch.
 type dnsActor struct {
 	b        *Boundary
 	answerer *dnsproxy.Answerer
 	next     uint64
 	udpDone  chan struct{}
 	tcp      *acceptLoop
+	batches  *dnsBatchPool
+	bc       batchConn // the UDP socket's batch reads and writes; nil: none
 }
 
 func (a *dnsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.start(ctx)
+	case *dnsBatch:
+		a.b.stats.Queries.Add(int64(len(m.qs)))
+		a.admit(m)
+		if len(m.qs) == 0 {
+			a.batches.put(m)
+			return
+		}
+		a.spawnBatch(ctx, m)
+	case *dnsRescue:
+		a.spawnBatch(ctx, m.batch)
 	case *dnsPacket:
 		a.b.stats.Queries.Add(1)
 		if int(a.b.inflight.Load()) >= a.b.cfg.MaxConns {
@@ -54,12 +77,9 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.b.inflight.Add(1)
-		a.next++
-		q := &queryActor{b: a.b, answerer: a.answerer, q: m}
-		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return q }, actor.WithDispatcher(a.b.pool)),
-			"query/"+strconv.FormatUint(a.next, 10)); err != nil {
-			a.b.cfg.Log.Error().Err(err).Msg("spawn query actor")
-		}
+		a.spawnQuery(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m})
+	case *dnsHandoff:
+		a.spawnQuery(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m.q, pending: m.pending})
 	case *dnsListenFailed:
 		panic(fmt.Errorf("dns listener failed: %w", m.err))
 	case *actor.Restarting:
@@ -70,10 +90,54 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 	}
 }
 
+// admit takes an in-flight slot for each query of a fresh batch; past
+// MaxConns a query is answered REFUSED (connection_limit, audited) and
+// leaves the batch.
+func (a *dnsActor) admit(m *dnsBatch) {
+	kept := m.qs[:0]
+	for _, q := range m.qs {
+		if int(a.b.inflight.Load()) >= a.b.cfg.MaxConns {
+			pc, addr := a.b.cfg.DNSPacket, q.addr
+			a.b.refuseQuery(&dnsPacket{pkt: q.pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
+				_, err := pc.WriteTo(b, addr)
+				return err
+			}})
+			continue
+		}
+		a.b.inflight.Add(1)
+		kept = append(kept, q)
+	}
+	clear(m.qs[len(kept):])
+	m.qs = kept
+}
+
+func (a *dnsActor) spawnBatch(ctx actor.Context, m *dnsBatch) {
+	_, local := a.answerer.Upstream.(dnsproxy.LocalUpstream)
+	ba := &dnsBatchActor{b: a.b, answerer: a.answerer, local: local, pc: a.b.cfg.DNSPacket, bc: a.bc,
+		send: sendTo(ctx.ActorSystem(), ctx.Self()), pool: a.batches, batch: m}
+	a.spawn(ctx, ba)
+}
+
+func (a *dnsActor) spawnQuery(ctx actor.Context, q *queryActor) { a.spawn(ctx, q) }
+
+// spawn starts a query actor (query/N) on the leaves' pool. A failed spawn
+// frees nothing: it only happens when the actor system is shutting down.
+func (a *dnsActor) spawn(ctx actor.Context, act actor.Actor) {
+	a.next++
+	if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return act }, actor.WithDispatcher(a.b.pool)),
+		"query/"+strconv.FormatUint(a.next, 10)); err != nil {
+		a.b.cfg.Log.Error().Err(err).Msg("spawn query actor")
+	}
+}
+
 func (a *dnsActor) start(ctx actor.Context) {
 	cfg := a.b.cfg
 	send := sendTo(ctx.ActorSystem(), ctx.Self())
+	if a.batches == nil {
+		a.batches = &dnsBatchPool{}
+	}
 	if pc := cfg.DNSPacket; pc != nil {
+		a.bc = newBatchConn(pc)
 		a.udpDone = make(chan struct{})
 		go a.readUDP(pc, send)
 	}
@@ -89,29 +153,41 @@ func (a *dnsActor) start(ctx actor.Context) {
 	}
 }
 
+// readUDP reads queries until stopLoops or a closed socket: in batches
+// when the socket allows it, else one datagram (one batch) at a time.
 func (a *dnsActor) readUDP(pc net.PacketConn, send func(any)) {
 	defer close(a.udpDone)
+	if a.bc != nil {
+		a.readUDPBatches(a.bc, send)
+		return
+	}
 	buf := make([]byte, 65535)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
-			if isTimeout(err) {
-				return // stopLoops interrupted us
-			}
-			if errors.Is(err, net.ErrClosed) {
-				send(&dnsListenFailed{err: err})
+			if a.readFailed(err, send) {
 				return
 			}
 			continue
 		}
-		pkt := make([]byte, n)
-		copy(pkt, buf[:n])
-		fromAP := addrPort(from)
-		send(&dnsPacket{pkt: pkt, tr: dnsproxy.UDP, from: fromAP, reply: func(b []byte) error {
-			_, err := pc.WriteTo(b, from)
-			return err
-		}})
+		b := a.batches.get()
+		b.add(buf[:n], from, false)
+		send(b)
 	}
+}
+
+// readFailed reports whether a UDP read error ends the read loop: a
+// deadline (stopLoops interrupted it) or a closed socket (the dns actor is
+// told, and fails). Other errors (ICMP errors of earlier replies) do not.
+func (a *dnsActor) readFailed(err error, send func(any)) bool {
+	if isTimeout(err) {
+		return true
+	}
+	if errors.Is(err, net.ErrClosed) {
+		send(&dnsListenFailed{err: err})
+		return true
+	}
+	return false
 }
 
 // readTCP serves one DNS-over-TCP connection: length-prefixed queries,
@@ -202,13 +278,19 @@ func (s *connSet) closeAll() {
 	}
 }
 
-// queryActor answers one DNS query.
+// queryActor answers one DNS query in an actor of its own: a TCP query, or
+// a UDP query a batch handed off because answering it may block. It
+// records the audit event before it sends the reply.
 type queryActor struct {
 	b        *Boundary
 	answerer *dnsproxy.Answerer
 	q        *dnsPacket
-	req      *dns.Msg
-	replied  bool
+	// pending is the decision dnsproxy.AnswerPacket made for an allowed
+	// name; the actor finishes the query with Forward.
+	pending *dnsproxy.Outcome
+	req     *dns.Msg
+	resp    *dns.Msg // the reply, once built
+	replied bool
 }
 
 func (a *queryActor) Receive(ctx actor.Context) {
@@ -218,13 +300,19 @@ func (a *queryActor) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self()) // not deferred: after a panic the supervisor stops us
 	case *actor.Stopping:
 		a.b.inflight.Add(-1)
-		if !a.replied && a.req != nil {
+		switch {
+		case a.replied:
+		case a.resp != nil:
+			// The failure came after the reply was built (recording it):
+			// the client gets it.
+			a.reply(a.resp)
+		case a.req != nil:
 			// The query failed in this actor: SERVFAIL, audited.
 			a.b.stats.Faults.Add(1)
 			a.reply(dnsproxy.ServFail(a.req))
 			name, _ := dnsproxy.Normalize(questionName(a.req))
-			a.record(dnsproxy.Outcome{Name: name, QType: questionType(a.req), Rcode: dns.RcodeServerFailure,
-				Reason: reason.BoundaryFault, Message: "the boundary failed while answering this query"})
+			a.b.recordQuery(a.q.from, dnsproxy.Outcome{Name: name, QType: questionType(a.req), Rcode: dns.RcodeServerFailure,
+				Disposition: dnsproxy.DispositionFault, Reason: reason.BoundaryFault, Message: dnsFaultMessage})
 		}
 	}
 }
@@ -240,13 +328,18 @@ func (a *queryActor) answer(ctx actor.Context) {
 		return
 	}
 	a.req = req
-	resp, out := a.answerer.Answer(context.Background(), req, a.q.tr)
-	a.reply(resp)
+	var out dnsproxy.Outcome
+	if a.pending != nil {
+		a.resp, out = a.answerer.Forward(context.Background(), req, a.q.tr, *a.pending)
+	} else {
+		a.resp, out = a.answerer.Answer(context.Background(), req, a.q.tr)
+	}
 	if out.Disposition == dnsproxy.DispositionMalformed {
 		a.b.stats.Malformed.Add(1)
-		return
+	} else {
+		a.b.recordQuery(a.q.from, out)
 	}
-	a.record(out)
+	a.reply(a.resp)
 }
 
 func (a *queryActor) reply(m *dns.Msg) {
@@ -261,24 +354,25 @@ func (a *queryActor) reply(m *dns.Msg) {
 	}
 }
 
-func (a *queryActor) record(out dnsproxy.Outcome) {
+// recordQuery counts and audits one answered query (class 4003).
+func (b *Boundary) recordQuery(from netip.AddrPort, out dnsproxy.Outcome) {
 	allowed := out.Allowed
 	if allowed {
-		a.b.stats.Allowed.Add(1)
+		b.stats.Allowed.Add(1)
 	} else {
-		a.b.stats.Denied.Add(1)
+		b.stats.Denied.Add(1)
 	}
 	e := audit.NewDecision(audit.ClassDNS, allowed, out.Reason)
-	e.Sandbox = a.b.cfg.Sandbox
+	e.Sandbox = b.cfg.Sandbox
 	e.Query = &audit.Query{Hostname: out.Name, Type: dns.TypeToString[out.QType], Rcode: dns.RcodeToString[out.Rcode]}
-	if a.q.from.IsValid() {
-		e.Src = &audit.Endpoint{IP: a.q.from.Addr().String(), Port: int(a.q.from.Port())}
+	if from.IsValid() {
+		e.Src = &audit.Endpoint{IP: from.Addr().String(), Port: int(from.Port())}
 	}
 	e.Policy.Name, e.Policy.PolicyName, e.Policy.Version, e.Message = out.Policy, out.PolicyName, out.Version, out.Message
 	if out.Err != nil && e.Message == "" {
 		e.Message = out.Err.Error()
 	}
-	a.b.cfg.Audit.Record(e)
+	b.cfg.Audit.Record(e)
 }
 
 func questionName(m *dns.Msg) string {

@@ -179,10 +179,7 @@ func (a *Answerer) Answer(ctx context.Context, req *dns.Msg, tr Transport) (*dns
 }
 
 func (a *Answerer) answer(ctx context.Context, req *dns.Msg, out *Outcome) *dns.Msg {
-	inj := a.Injector
-	if inj == nil {
-		inj = fault.Nop{}
-	}
+	inj := a.injector()
 	if err := inj.Inject(fault.DNSQuery); err != nil {
 		out.Disposition, out.Reason, out.Err = DispositionFault, reason.BoundaryFault, fmt.Errorf("dns query: %w", err)
 		return ServFail(req)
@@ -199,16 +196,40 @@ func (a *Answerer) answer(ctx context.Context, req *dns.Msg, out *Outcome) *dns.
 		return Refused(req)
 	}
 
+	ctx, cancel := a.WithTimeout(ctx)
+	defer cancel()
+	if !a.decide(ctx, name, q.Qtype, out) {
+		return Refused(req)
+	}
+	return a.resolve(ctx, req, inj, out)
+}
+
+// injector returns the Injector, fault.Nop{} when unset.
+func (a *Answerer) injector() fault.Injector {
+	if a.Injector == nil {
+		return fault.Nop{}
+	}
+	return a.Injector
+}
+
+// WithTimeout returns ctx bounded by the per-query timeout (Timeout, or
+// DefaultTimeout). Answer applies it itself; a caller answering a batch of
+// queries read together with AnswerPacket shares one for the batch.
+func (a *Answerer) WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := a.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	return context.WithTimeout(ctx, timeout)
+}
 
+// decide asks the Decider about name and fills out's verdict fields; it
+// reports whether the name is allowed (a denial also gets its Disposition
+// and Reason).
+func (a *Answerer) decide(ctx context.Context, name string, qtype uint16, out *Outcome) bool {
 	v := Verdict{Reason: reason.PolicyUnavailable, Message: "no policy decider"}
 	if a.Decider != nil {
-		v = a.Decider.DecideDNS(ctx, name, q.Qtype)
+		v = a.Decider.DecideDNS(ctx, name, qtype)
 	}
 	out.Allowed, out.Policy, out.PolicyName, out.Version, out.Message = v.Allow, v.Policy, v.PolicyName, v.Version, v.Message
 	if !v.Allow {
@@ -216,9 +237,13 @@ func (a *Answerer) answer(ctx context.Context, req *dns.Msg, out *Outcome) *dns.
 		if out.Reason == reason.None {
 			out.Reason = reason.PolicyDNSIneligible
 		}
-		return Refused(req)
 	}
+	return v.Allow
+}
 
+// resolve answers an allowed query from the upstream: SERVFAIL with
+// upstream_unreachable when that fails.
+func (a *Answerer) resolve(ctx context.Context, req *dns.Msg, inj fault.Injector, out *Outcome) *dns.Msg {
 	resp, err := a.forward(ctx, req, inj, out)
 	if err != nil {
 		out.Disposition, out.Reason, out.Err = DispositionUpstreamFailed, reason.UpstreamUnreachable, err
@@ -226,6 +251,21 @@ func (a *Answerer) answer(ctx context.Context, req *dns.Msg, out *Outcome) *dns.
 	}
 	out.Disposition = DispositionAnswered
 	return resp
+}
+
+// Forward finishes a query that AnswerPacket left pending (allowed, for an
+// upstream that is not a LocalUpstream): the upstream exchange, after the
+// injector at fault.DNSUpstream, and the reply, as Answer does for an
+// allowed name. req is the query's packet unpacked with miekg/dns and out
+// the Outcome AnswerPacket returned (the decision stands; fault.DNSQuery is
+// not called again). The reply fits the client's limit for tr.
+func (a *Answerer) Forward(ctx context.Context, req *dns.Msg, tr Transport, out Outcome) (*dns.Msg, Outcome) {
+	ctx, cancel := a.WithTimeout(ctx)
+	defer cancel()
+	resp := a.resolve(ctx, req, a.injector(), &out)
+	fit(resp, req, tr)
+	out.Rcode = resp.Rcode
+	return resp, out
 }
 
 // forward asks the upstream with a fresh query (new random Id, the client's
@@ -238,6 +278,11 @@ func (a *Answerer) forward(ctx context.Context, req *dns.Msg, inj fault.Injector
 	if err := inj.Inject(fault.DNSUpstream); err != nil {
 		return nil, fmt.Errorf("dns upstream %s: %w", out.Upstream, err)
 	}
+	return a.exchange(ctx, req, out)
+}
+
+// exchange is forward past its fault point.
+func (a *Answerer) exchange(ctx context.Context, req *dns.Msg, out *Outcome) (*dns.Msg, error) {
 	q := req.Question[0]
 	do := false
 	if opt := req.IsEdns0(); opt != nil {

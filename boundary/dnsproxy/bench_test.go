@@ -43,3 +43,46 @@ func BenchmarkAnswer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAnswerPacket is BenchmarkAnswer on the fast path: ParseQuery and
+// AnswerPacket from and into bytes, as the boundary answers a UDP query
+// (the packing and unpacking BenchmarkAnswer leaves out included).
+func BenchmarkAnswerPacket(b *testing.B) {
+	a := &Answerer{
+		Decider: deciderFunc(func(_ context.Context, name string, _ uint16) Verdict {
+			return Verdict{Allow: name == "api.example.com", Policy: "bench", Version: 1}
+		}),
+		Upstream: mustHosts(b, "127.0.0.10 api.example.com\n::1 api.example.com\n"),
+	}
+	for _, bc := range []struct {
+		name  string
+		qname string
+		rcode int
+	}{
+		{"allowed-hosts", "api.example.com.", dns.RcodeSuccess},
+		{"refused", "blocked.example.org.", dns.RcodeRefused},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := query(bc.qname, dns.TypeA)
+			req.SetEdns0(1232, false)
+			pkt, err := req.Pack()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := a.WithTimeout(context.Background())
+			defer cancel()
+			buf := make([]byte, 0, 512)
+			b.ReportAllocs()
+			for b.Loop() {
+				q, ok := ParseQuery(pkt)
+				if !ok {
+					b.Fatal("ParseQuery refused the query")
+				}
+				reply, out, _ := a.AnswerPacket(ctx, pkt, &q, buf[:0])
+				if out.Rcode != bc.rcode || len(reply) == 0 {
+					b.Fatalf("rcode %s, want %s", dns.RcodeToString[out.Rcode], dns.RcodeToString[bc.rcode])
+				}
+			}
+		})
+	}
+}

@@ -4,11 +4,16 @@
 // fallback, the system resolv.conf, a static hosts file), and the replies
 // for queries that never reach a decision (FORMERR, SERVFAIL, REFUSED).
 //
-// The boundary wires each query into its own query actor and runs the
-// miekg/dns server; this package gives that actor a single call, Answer,
-// which returns the reply and an Outcome for the audit event. The policy
-// engine is reached through the small Decider interface so that this
-// package never links OPA.
+// The boundary answers queries in its query actors; this package gives
+// them Answer, which takes a miekg/dns message and returns the reply and an
+// Outcome for the audit event. For the common UDP query there is a fast
+// path without messages: ParseQuery reads the packet and AnswerPacket
+// appends the reply bytes, with the same fault points, decision, reply and
+// Outcome as Answer. An allowed name whose upstream is not a LocalUpstream
+// (Hosts is one) is left pending by AnswerPacket and finished by Forward,
+// so that a batch of queries never waits on an upstream exchange. The
+// policy engine is reached through the small Decider interface so that
+// this package never links OPA.
 //
 // Rcodes (DESIGN.md, "Network boundary"):
 //

@@ -23,6 +23,7 @@ const HostsTTL = 60
 // concurrent use.
 type Hosts struct {
 	source string
+	name   string                  // String(), made once: it is asked per query
 	names  map[string][]netip.Addr // normalised name -> addresses in file order
 }
 
@@ -40,7 +41,7 @@ func LoadHosts(path string) (*Hosts, error) {
 
 // ParseHosts parses hosts(5) text from r; source names it in errors.
 func ParseHosts(r io.Reader, source string) (*Hosts, error) {
-	h := &Hosts{source: source, names: map[string][]netip.Addr{}}
+	h := &Hosts{source: source, name: "hosts:" + source, names: map[string][]netip.Addr{}}
 	var errs []error
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
@@ -112,7 +113,7 @@ func validHostname(name string) bool {
 }
 
 // String names the file, e.g. "hosts:/etc/hosts".
-func (h *Hosts) String() string { return "hosts:" + h.source }
+func (h *Hosts) String() string { return h.name }
 
 // Exchange implements Upstream. A request without exactly one question
 // gets FORMERR.
@@ -141,4 +142,11 @@ func (h *Hosts) Exchange(_ context.Context, req *dns.Msg) (*dns.Msg, error) {
 		}
 	}
 	return resp, nil
+}
+
+// Lookup implements LocalUpstream: the addresses of a normalised name, in
+// file order, and whether the file lists it.
+func (h *Hosts) Lookup(name string) ([]netip.Addr, bool) {
+	addrs, ok := h.names[name]
+	return addrs, ok
 }

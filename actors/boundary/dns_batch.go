@@ -1,0 +1,477 @@
+package boundary
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/policy/reason"
+)
+
+// UDP queries are read and answered in batches: one read (recvmmsg) takes
+// up to dnsBatchMax datagrams, one query actor answers them in turn, each
+// under its own recover (a panic answers SERVFAIL to that query only and is
+// audited boundary_fault, as a failed per-query actor was), and the replies
+// leave in one write (sendmmsg). Queries that would block the batch go to
+// an actor of their own: an allowed name whose upstream is not local (the
+// exchange), and any query still waiting when a batch runs past
+// dnsRescueAfter.
+
+const (
+	// dnsBatchMax is how many datagrams one read takes and one batch
+	// actor answers.
+	dnsBatchMax = 64
+	// dnsMaxUDPQuery is the longest UDP query read whole. A longer datagram
+	// is cut by the kernel and answered FORMERR, as a malformed one.
+	dnsMaxUDPQuery = 4096
+	// dnsRescueAfter is how long a batch actor may take: past it, the
+	// queries it has not started go to a new batch actor and the replies
+	// it has built are sent, so one slow query (a delay fault, a slow
+	// decision) holds the others of its read back by that much at most.
+	dnsRescueAfter = 50 * time.Millisecond
+	// dnsFaultMessage is the audit message of a query the boundary failed.
+	dnsFaultMessage = "the boundary failed while answering this query"
+)
+
+// udpQuery is one datagram of a batch.
+type udpQuery struct {
+	pkt  []byte
+	addr net.Addr       // the client, where the reply goes
+	from netip.AddrPort // the client, for the audit event
+	cut  bool           // longer than dnsMaxUDPQuery: only its start was read
+}
+
+// udpReply is a reply waiting to be sent.
+type udpReply struct {
+	b    []byte
+	addr net.Addr
+}
+
+// dnsBatch is the datagrams of one read and, while a batch actor answers
+// them, the replies not yet sent. next is claimed atomically: by the batch
+// actor one query at a time, by its rescue all the rest at once.
+type dnsBatch struct {
+	qs    []udpQuery
+	arena []byte // the packets' bytes
+
+	next atomic.Int32
+	out  []byte // the replies' bytes, appended by the batch actor only
+
+	mu      sync.Mutex // guards pending and the write buffers
+	pending []udpReply
+	msgs    []ipv4.Message
+	iov     [][]byte
+}
+
+func (b *dnsBatch) add(pkt []byte, addr net.Addr, cut bool) {
+	start := len(b.arena)
+	b.arena = append(b.arena, pkt...)
+	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], addr: addr, from: udpAddrPort(addr), cut: cut})
+}
+
+// dnsBatchPool recycles batches and their buffers. It belongs to one dns
+// actor; a batch goes back only when nothing else can still refer to it.
+type dnsBatchPool struct{ p sync.Pool }
+
+func (p *dnsBatchPool) get() *dnsBatch {
+	if b, ok := p.p.Get().(*dnsBatch); ok {
+		return b
+	}
+	return &dnsBatch{arena: make([]byte, 0, dnsBatchMax*128), out: make([]byte, 0, dnsBatchMax*128)}
+}
+
+func (p *dnsBatchPool) put(b *dnsBatch) {
+	clear(b.qs)
+	clear(b.pending)
+	clear(b.msgs)
+	clear(b.iov)
+	b.qs, b.arena, b.out, b.pending = b.qs[:0], b.arena[:0], b.out[:0], b.pending[:0]
+	b.next.Store(0)
+	p.p.Put(b)
+}
+
+// batchConn reads and writes several datagrams per system call.
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// newBatchConn returns pc as a batchConn, or nil when it cannot be one: not
+// a UDP socket, or not an IPv4 one (x/net writes an IPv4-mapped client
+// address of a dual-stack socket as an AF_INET address, which the kernel
+// refuses; those sockets read and write one datagram at a time).
+func newBatchConn(pc net.PacketConn) batchConn {
+	uc, ok := pc.(*net.UDPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	domain := -1
+	if err := rc.Control(func(fd uintptr) {
+		domain, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN)
+	}); err != nil || domain != unix.AF_INET {
+		return nil
+	}
+	return ipv4.NewPacketConn(uc)
+}
+
+// readUDPBatches is the UDP read loop with recvmmsg: each read becomes one
+// dnsBatch sent to the dns actor.
+func (a *dnsActor) readUDPBatches(bc batchConn, send func(any)) {
+	msgs := make([]ipv4.Message, dnsBatchMax)
+	buf := make([]byte, dnsBatchMax*dnsMaxUDPQuery)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{buf[i*dnsMaxUDPQuery : (i+1)*dnsMaxUDPQuery]}
+	}
+	for {
+		n, err := bc.ReadBatch(msgs, 0)
+		if err != nil {
+			if a.readFailed(err, send) {
+				return
+			}
+			continue
+		}
+		b := a.batches.get()
+		for i := range n {
+			m := &msgs[i]
+			b.add(m.Buffers[0][:m.N], m.Addr, m.Flags&unix.MSG_TRUNC != 0)
+			m.Addr = nil
+		}
+		send(b)
+	}
+}
+
+// udpAddrPort is addrPort for a UDP client, without a round trip through
+// text: IPv4 clients (of a dual-stack socket too) come out as IPv4.
+func udpAddrPort(a net.Addr) netip.AddrPort {
+	ua, ok := a.(*net.UDPAddr)
+	if !ok {
+		return addrPort(a)
+	}
+	ip, ok := netip.AddrFromSlice(ua.IP)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	if ip.Is4In6() {
+		ip = ip.Unmap()
+	} else if ua.Zone != "" {
+		ip = ip.WithZone(ua.Zone)
+	}
+	return netip.AddrPortFrom(ip, uint16(ua.Port))
+}
+
+// dnsBatchActor answers the queries of one batch (query/N). See the top of
+// this file.
+type dnsBatchActor struct {
+	b        *Boundary
+	answerer *dnsproxy.Answerer
+	local    bool // the upstream answers from memory (never blocks)
+	pc       net.PacketConn
+	bc       batchConn // nil: write one datagram at a time
+	send     func(any) // to the dns actor
+	pool     *dnsBatchPool
+	batch    *dnsBatch
+
+	self     string
+	timer    *time.Timer
+	cur      *queryRun // the query being answered (points at run)
+	run      queryRun
+	released int // in-flight slots to free: queries this actor settled itself
+	total    int // queries in the batch
+	faults   int
+	first    any // the first contained panic
+	done     bool
+}
+
+// queryRun is what a contained panic needs to answer its query.
+type queryRun struct {
+	q       *udpQuery
+	start   int            // len(batch.out) when the query started
+	parsed  bool           // ParseQuery read the packet into wq
+	wq      dnsproxy.Query // the query, when parsed
+	req     *dns.Msg       // set once unpacked by miekg/dns
+	reply   []byte         // built, not yet queued
+	settled bool
+}
+
+func (a *dnsBatchActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		a.self = ctx.Self().GetId()
+		a.answerAll()
+		if a.faults > 0 {
+			// Every query has its answer; the supervisor now stops this
+			// actor and counts the failure (query.stop), as it did for a
+			// failed per-query actor.
+			panic(fmt.Errorf("%d of %d queries of this batch failed, the first with: %v", a.faults, a.total, a.first))
+		}
+		ctx.Stop(ctx.Self())
+	case *actor.Stopping:
+		a.abandon()
+	}
+}
+
+// answerAll answers the batch's queries, one at a time, until none is
+// left to claim.
+func (a *dnsBatchActor) answerAll() {
+	qctx, cancel := a.answerer.WithTimeout(context.Background())
+	defer cancel()
+	a.timer = time.AfterFunc(dnsRescueAfter, a.rescue)
+	bt := a.batch
+	a.total = len(bt.qs)
+	for {
+		i := int(bt.next.Add(1)) - 1
+		if i >= len(bt.qs) {
+			break
+		}
+		a.run = queryRun{q: &bt.qs[i], start: len(bt.out)}
+		a.answer(qctx, &a.run)
+	}
+	a.finish()
+}
+
+// answer answers one query; a panic answers it SERVFAIL (fault).
+func (a *dnsBatchActor) answer(ctx context.Context, r *queryRun) {
+	a.cur = r
+	defer func() {
+		if p := recover(); p != nil {
+			a.fault(r, p)
+		}
+	}()
+	q, bt := r.q, a.batch
+	if q.cut {
+		a.malformed(r)
+		return
+	}
+	if r.wq, r.parsed = dnsproxy.ParseQuery(q.pkt); r.parsed {
+		out, o, pending := a.answerer.AnswerPacket(ctx, q.pkt, &r.wq, bt.out)
+		if pending {
+			a.handoff(r, &o)
+			return
+		}
+		bt.out = out
+		r.reply = out[r.start:]
+		a.b.recordQuery(q.from, o)
+		a.queue(r)
+		return
+	}
+	req := new(dns.Msg)
+	if err := req.Unpack(q.pkt); err != nil {
+		a.malformed(r)
+		return
+	}
+	if !a.local {
+		a.handoff(r, nil) // unusual, and the upstream may block: its own actor
+		return
+	}
+	r.req = req
+	resp, o := a.answerer.Answer(ctx, req, dnsproxy.UDP)
+	b, err := resp.Pack()
+	if err != nil {
+		a.b.cfg.Log.Debug().Err(err).Msg("pack dns reply")
+	} else {
+		bt.out = append(bt.out, b...)
+		r.reply = bt.out[r.start:]
+	}
+	if o.Disposition == dnsproxy.DispositionMalformed {
+		a.b.stats.Malformed.Add(1)
+	} else {
+		a.b.recordQuery(q.from, o)
+	}
+	a.queue(r)
+}
+
+// malformed answers a datagram that is no query: FORMERR when it has a
+// query's header, else nothing. Not audited (no decision), counted.
+func (a *dnsBatchActor) malformed(r *queryRun) {
+	a.b.stats.Malformed.Add(1)
+	if m := dnsproxy.MalformedPacket(r.q.pkt); m != nil {
+		if b, err := m.Pack(); err == nil {
+			a.batch.out = append(a.batch.out, b...)
+			r.reply = a.batch.out[r.start:]
+		}
+	}
+	a.queue(r)
+}
+
+// queue settles a query: its reply (if any) waits for the batch's write.
+func (a *dnsBatchActor) queue(r *queryRun) {
+	if r.reply != nil {
+		bt := a.batch
+		bt.mu.Lock()
+		bt.pending = append(bt.pending, udpReply{b: r.reply, addr: r.q.addr})
+		bt.mu.Unlock()
+	}
+	r.settled = true
+	a.released++
+}
+
+// handoff gives a query to an actor of its own (spawned by the dns actor),
+// which answers it as queries were answered before batches: pending
+// carries the decision when AnswerPacket already made it.
+func (a *dnsBatchActor) handoff(r *queryRun, pending *dnsproxy.Outcome) {
+	q := r.q
+	pkt := bytes.Clone(q.pkt) // the batch's arena is recycled
+	pc, addr := a.pc, q.addr
+	a.send(&dnsHandoff{q: &dnsPacket{pkt: pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
+		_, err := pc.WriteTo(b, addr)
+		return err
+	}}, pending: pending})
+	r.settled = true // its in-flight slot goes with it
+}
+
+// fault answers a query whose handling panicked: SERVFAIL, audited as
+// boundary_fault, unless its reply was already built (the panic came
+// after, e.g. from the audit sink): then that reply goes out.
+func (a *dnsBatchActor) fault(r *queryRun, p any) {
+	a.faults++
+	if a.first == nil {
+		a.first = p
+	}
+	a.b.cfg.Log.Error().Str("actor", a.self).Str("panic", fmt.Sprint(p)).
+		Str("stack", string(debug.Stack())).Msg("dns query panicked")
+	if r.settled {
+		return
+	}
+	if r.reply != nil {
+		a.queue(r)
+		return
+	}
+	bt := a.batch
+	bt.out = bt.out[:r.start] // drop a reply half written
+	out := dnsproxy.Outcome{Rcode: dns.RcodeServerFailure, Disposition: dnsproxy.DispositionFault,
+		Reason: reason.BoundaryFault, Message: dnsFaultMessage}
+	switch {
+	case r.parsed:
+		out.Name, out.QType = r.wq.Name, r.wq.QType
+		bt.out = r.wq.AppendServFail(bt.out, r.q.pkt)
+		r.reply = bt.out[r.start:]
+	case r.req != nil:
+		out.Name, _ = dnsproxy.Normalize(questionName(r.req))
+		out.QType = questionType(r.req)
+		if b, err := dnsproxy.ServFail(r.req).Pack(); err == nil {
+			bt.out = append(bt.out, b...)
+			r.reply = bt.out[r.start:]
+		}
+	default:
+		// The packet was never read as a query: nothing to answer, as a
+		// per-query actor that failed before unpacking answered nothing.
+		a.queue(r)
+		return
+	}
+	a.b.stats.Faults.Add(1)
+	a.queue(r)
+	a.b.recordQuery(r.q.from, out)
+}
+
+// rescue runs on a timer when the batch takes too long: the queries not yet
+// started go to a new batch actor, and the replies built so far are sent.
+func (a *dnsBatchActor) rescue() {
+	bt := a.batch
+	n := len(bt.qs)
+	if start := int(bt.next.Swap(int32(n))); start < n {
+		rest := a.pool.get()
+		rest.qs = append(rest.qs, bt.qs[start:]...)
+		a.send(&dnsRescue{batch: rest})
+		a.b.cfg.Log.Debug().Str("actor", a.self).Int("queries", n-start).Msg("dns batch slow: the rest goes to a new batch actor")
+	}
+	a.flush()
+}
+
+// finish sends the replies and frees this actor's in-flight slots. The
+// batch is recycled only when its rescue never ran: a rescued batch's
+// packets are still read by the next batch actor.
+func (a *dnsBatchActor) finish() {
+	a.done = true
+	rescued := !a.timer.Stop()
+	a.flush()
+	a.b.inflight.Add(-int64(a.released))
+	if !rescued {
+		a.pool.put(a.batch)
+	}
+}
+
+// abandon runs when this actor stops. After a normal run it has nothing to
+// do; when a panic escaped a query's recover (it should not), the query
+// being answered gets SERVFAIL, the queries not started go to a new batch
+// actor and the replies built are sent.
+func (a *dnsBatchActor) abandon() {
+	if a.done || a.batch == nil {
+		return
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if r := a.cur; r != nil && !r.settled {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					a.b.cfg.Log.Error().Str("actor", a.self).Str("panic", fmt.Sprint(p)).Msg("dns query fault handling panicked")
+				}
+			}()
+			a.fault(r, "the batch actor failed")
+		}()
+	}
+	a.rescue()
+	a.done = true
+	a.b.inflight.Add(-int64(a.released))
+}
+
+// flush writes the pending replies: sendmmsg when the socket allows it, one
+// datagram at a time otherwise. A reply that cannot be sent is dropped
+// (the client retries), as before batches.
+func (a *dnsBatchActor) flush() {
+	bt := a.batch
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if a.bc == nil {
+		for _, r := range bt.pending {
+			if _, err := a.pc.WriteTo(r.b, r.addr); err != nil {
+				a.b.cfg.Log.Debug().Err(err).Msg("send dns reply")
+			}
+		}
+		clear(bt.pending)
+		bt.pending = bt.pending[:0]
+		return
+	}
+	for i := 0; i < len(bt.pending); {
+		n := min(len(bt.pending)-i, dnsBatchMax)
+		if len(bt.msgs) < n {
+			bt.msgs, bt.iov = make([]ipv4.Message, dnsBatchMax), make([][]byte, dnsBatchMax)
+		}
+		msgs := bt.msgs[:n]
+		for j := range msgs {
+			r := &bt.pending[i+j]
+			bt.iov[j] = r.b
+			msgs[j] = ipv4.Message{Buffers: bt.iov[j : j+1 : j+1], Addr: r.addr}
+		}
+		sent, err := a.bc.WriteBatch(msgs, 0)
+		sent = max(sent, 0)
+		if err != nil {
+			a.b.cfg.Log.Debug().Err(err).Msg("send dns replies")
+			if errors.Is(err, net.ErrClosed) {
+				break
+			}
+			sent++ // skip the reply the kernel refused
+		}
+		i += min(sent, n)
+	}
+	clear(bt.pending)
+	bt.pending = bt.pending[:0]
+}
