@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,11 +16,43 @@ type Sink interface {
 	Record(e Event)
 }
 
+// BatchSink is a Sink that can also record several events at once, which
+// costs it less than one Record per event (File takes its lock once and
+// makes at most one write for the batch). RecordBatch records the events in
+// order with the guarantees Record gives each of them; it neither keeps nor
+// changes the slice. Callers holding a plain Sink use RecordAll.
+type BatchSink interface {
+	Sink
+	RecordBatch(events []Event)
+}
+
+// RecordAll records events into s: in one RecordBatch when s is a
+// BatchSink, else one Record per event.
+func RecordAll(s Sink, events []Event) {
+	if bs, ok := s.(BatchSink); ok {
+		bs.RecordBatch(events)
+		return
+	}
+	for i := range events {
+		s.Record(events[i])
+	}
+}
+
+var (
+	_ BatchSink = Discard{}
+	_ BatchSink = Multi(nil)
+	_ BatchSink = LogSink{}
+	_ BatchSink = (*File)(nil)
+)
+
 // Discard drops every event.
 type Discard struct{}
 
 // Record implements Sink.
 func (Discard) Record(Event) {}
+
+// RecordBatch implements BatchSink.
+func (Discard) RecordBatch([]Event) {}
 
 // Multi fans an event out to several sinks.
 type Multi []Sink
@@ -30,6 +61,14 @@ type Multi []Sink
 func (m Multi) Record(e Event) {
 	for _, s := range m {
 		s.Record(e)
+	}
+}
+
+// RecordBatch implements BatchSink: each member gets the whole batch, in
+// one RecordBatch when it is a BatchSink, else one Record per event.
+func (m Multi) RecordBatch(events []Event) {
+	for _, s := range m {
+		RecordAll(s, events)
 	}
 }
 
@@ -59,6 +98,13 @@ func (l LogSink) Record(e Event) {
 		return
 	}
 	ev.Str("component", "audit").Msg(e.Line())
+}
+
+// RecordBatch implements BatchSink: one log line per event, as Record.
+func (l LogSink) RecordBatch(events []Event) {
+	for i := range events {
+		l.Record(events[i])
+	}
 }
 
 // FileOption configures a File sink.
@@ -132,30 +178,72 @@ func (af *File) open() error {
 	return nil
 }
 
-// Record implements Sink.
+// Record implements Sink. The event is encoded straight into the
+// group-commit buffer (AppendJSON, no allocation per event); a denial is
+// written, with everything buffered before it, before Record returns.
 func (af *File) Record(e Event) {
-	e.TimeMs = e.Time.UnixMilli()
-	line, err := json.Marshal(&e)
-	if err != nil {
-		af.fail(fmt.Errorf("audit: encode event: %w", err))
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	if !af.appendLocked(&e) {
+		return
+	}
+	af.commitLocked(e.ActionID == ActionDenied)
+}
+
+// RecordBatch implements BatchSink: the events are appended under one lock
+// and, when one of them is a denial, the batch (with everything buffered
+// before it) is written in one write(2) before RecordBatch returns; a batch
+// of allowed events only is written within the flush interval, as Record's.
+// A batch that crosses the rotation size is written in two parts, the first
+// to the file being rotated out. events is not changed.
+func (af *File) RecordBatch(events []Event) {
+	if len(events) == 0 {
 		return
 	}
 	af.mu.Lock()
 	defer af.mu.Unlock()
-	if af.f == nil {
-		af.failLocked(fmt.Errorf("audit: %s is closed", af.path))
-		return
-	}
-	if af.size+int64(len(af.buf)+len(line)+1) > af.maxBytes && af.size+int64(len(af.buf)) > 0 {
-		af.flushLocked()
-		if err := af.rotateLocked(); err != nil {
-			af.failLocked(err)
-			return
+	denial, added := false, false
+	for i := range events {
+		if af.appendLocked(&events[i]) {
+			added = true
+			denial = denial || events[i].ActionID == ActionDenied
 		}
 	}
-	af.buf = append(append(af.buf, line...), '\n')
+	if added {
+		af.commitLocked(denial)
+	}
+}
+
+// appendLocked encodes e as one line at the end of the buffer, rotating the
+// file first when the line would take it over the size limit. It reports
+// whether the line was buffered; when not, the loss has been counted.
+func (af *File) appendLocked(e *Event) bool {
+	if af.f == nil {
+		af.failLocked(fmt.Errorf("audit: %s is closed", af.path))
+		return false
+	}
+	start := len(af.buf)
+	af.buf = append(appendEvent(af.buf, e, e.Time.UnixMilli()), '\n')
+	if af.size+int64(len(af.buf)) > af.maxBytes && af.size+int64(start) > 0 {
+		// The line does not fit: what was buffered before it goes to the
+		// current file, the line starts the next one.
+		af.writeLocked(af.buf[:start])
+		af.buf = af.buf[:copy(af.buf, af.buf[start:])]
+		if err := af.rotateLocked(); err != nil {
+			af.buf = af.buf[:0]
+			af.failLocked(err)
+			return false
+		}
+	}
+	return true
+}
+
+// commitLocked writes the buffer now when durability asks for it (a denial
+// in it), when group commit is off or when the buffer is large; otherwise
+// it makes sure the flush timer runs.
+func (af *File) commitLocked(denial bool) {
 	switch {
-	case af.interval <= 0 || len(af.buf) >= groupBytes || e.ActionID == ActionDenied:
+	case af.interval <= 0 || len(af.buf) >= groupBytes || denial:
 		af.flushLocked()
 	case af.timer == nil:
 		af.timer = time.AfterFunc(af.interval, af.Flush)
@@ -169,6 +257,10 @@ func (af *File) Flush() {
 	af.flushLocked()
 }
 
+// maxKeptBuf is the buffer capacity kept after a flush: a rare huge event
+// or batch does not pin its memory for the life of the sink.
+const maxKeptBuf = 4 * groupBytes
+
 func (af *File) flushLocked() {
 	if af.timer != nil {
 		af.timer.Stop()
@@ -177,12 +269,25 @@ func (af *File) flushLocked() {
 	if len(af.buf) == 0 || af.f == nil {
 		return
 	}
-	n, err := af.f.Write(af.buf)
+	af.writeLocked(af.buf)
+	if cap(af.buf) > maxKeptBuf {
+		af.buf = nil
+	} else {
+		af.buf = af.buf[:0]
+	}
+}
+
+// writeLocked writes p to the file in one write(2), counting the bytes
+// written and reporting (and counting) a failure.
+func (af *File) writeLocked(p []byte) {
+	if len(p) == 0 || af.f == nil {
+		return
+	}
+	n, err := af.f.Write(p)
 	af.size += int64(n)
 	if err != nil {
-		af.failLocked(fmt.Errorf("audit: write %s (%d bytes of events lost): %w", af.path, len(af.buf)-n, err))
+		af.failLocked(fmt.Errorf("audit: write %s (%d bytes of events lost): %w", af.path, len(p)-n, err))
 	}
-	af.buf = af.buf[:0]
 }
 
 func (af *File) rotateLocked() error {
@@ -201,12 +306,6 @@ func (af *File) rotateLocked() error {
 		return fmt.Errorf("audit: truncate %s: %w", af.path, err)
 	}
 	return af.open()
-}
-
-func (af *File) fail(err error) {
-	af.mu.Lock()
-	defer af.mu.Unlock()
-	af.failLocked(err)
 }
 
 func (af *File) failLocked(err error) {
