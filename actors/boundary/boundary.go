@@ -107,14 +107,17 @@ func (a *boundaryActor) Receive(ctx actor.Context) {
 		leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure,
 			supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters))
 		mw := actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log))
+		// The listener actors get a message per connection or read: their
+		// mailbox runs on the warm workers too.
+		pool := actor.WithDispatcher(a.b.pool)
 		if cfg.Proxy != nil {
 			ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &proxyActor{b: a.b} },
-				actor.WithSupervisor(leaf), mw), "proxy")
+				actor.WithSupervisor(leaf), mw, pool), "proxy")
 		}
 		if cfg.DNSPacket != nil || cfg.DNSStream != nil {
 			ans := &dnsproxy.Answerer{Decider: cfg.Decider, Upstream: cfg.DNSUpstream, Injector: cfg.Injector}
 			ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &dnsActor{b: a.b, answerer: ans} },
-				actor.WithSupervisor(leaf), mw), "dns")
+				actor.WithSupervisor(leaf), mw, pool), "dns")
 		}
 	}
 }

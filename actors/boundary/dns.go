@@ -356,6 +356,11 @@ func (a *queryActor) reply(m *dns.Msg) {
 
 // recordQuery counts and audits one answered query (class 4003).
 func (b *Boundary) recordQuery(from netip.AddrPort, out dnsproxy.Outcome) {
+	b.cfg.Audit.Record(b.queryEvent(from, out))
+}
+
+// queryEvent counts one answered query and returns its audit event.
+func (b *Boundary) queryEvent(from netip.AddrPort, out dnsproxy.Outcome) audit.Event {
 	allowed := out.Allowed
 	if allowed {
 		b.stats.Allowed.Add(1)
@@ -372,7 +377,7 @@ func (b *Boundary) recordQuery(from netip.AddrPort, out dnsproxy.Outcome) {
 	if out.Err != nil && e.Message == "" {
 		e.Message = out.Err.Error()
 	}
-	b.cfg.Audit.Record(e)
+	return e
 }
 
 func questionName(m *dns.Msg) string {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 	"github.com/stockade-dev/stockade/policy/reason"
 )
@@ -70,8 +71,9 @@ type dnsBatch struct {
 	next atomic.Int32
 	out  []byte // the replies' bytes, appended by the batch actor only
 
-	mu      sync.Mutex // guards pending and the write buffers
+	mu      sync.Mutex // guards pending, events and the write buffers
 	pending []udpReply
+	events  []audit.Event // recorded before the replies leave, in one batch
 	msgs    []ipv4.Message
 	iov     [][]byte
 }
@@ -99,6 +101,8 @@ func (p *dnsBatchPool) put(b *dnsBatch) {
 	clear(b.msgs)
 	clear(b.iov)
 	b.qs, b.arena, b.out, b.pending = b.qs[:0], b.arena[:0], b.out[:0], b.pending[:0]
+	clear(b.events)
+	b.events = b.events[:0]
 	b.next.Store(0)
 	p.p.Put(b)
 }
@@ -267,7 +271,7 @@ func (a *dnsBatchActor) answer(ctx context.Context, r *queryRun) {
 		}
 		bt.out = out
 		r.reply = out[r.start:]
-		a.b.recordQuery(q.from, o)
+		a.record(q.from, o)
 		a.queue(r)
 		return
 	}
@@ -292,7 +296,7 @@ func (a *dnsBatchActor) answer(ctx context.Context, r *queryRun) {
 	if o.Disposition == dnsproxy.DispositionMalformed {
 		a.b.stats.Malformed.Add(1)
 	} else {
-		a.b.recordQuery(q.from, o)
+		a.record(q.from, o)
 	}
 	a.queue(r)
 }
@@ -377,7 +381,50 @@ func (a *dnsBatchActor) fault(r *queryRun, p any) {
 	}
 	a.b.stats.Faults.Add(1)
 	a.queue(r)
-	a.b.recordQuery(r.q.from, out)
+	a.record(r.q.from, out)
+}
+
+// record counts a query and keeps its audit event for the batch's one
+// audit write, made before the replies leave (flush).
+func (a *dnsBatchActor) record(from netip.AddrPort, out dnsproxy.Outcome) {
+	e := a.b.queryEvent(from, out)
+	bt := a.batch
+	bt.mu.Lock()
+	bt.events = append(bt.events, e)
+	bt.mu.Unlock()
+}
+
+// recordEvents hands the batch's events to the audit sinks: at once when
+// the sink takes batches (a batch's denials share one write), else one by
+// one. A sink that panics loses no other query's event: each event is then
+// recorded on its own (after a failed batch some may be recorded twice;
+// none is lost).
+func (a *dnsBatchActor) recordEvents(events []audit.Event) {
+	if bs, ok := a.b.cfg.Audit.(audit.BatchSink); ok && a.recordBatch(bs, events) {
+		return
+	}
+	for i := range events {
+		a.recordOne(&events[i])
+	}
+}
+
+func (a *dnsBatchActor) recordBatch(bs audit.BatchSink, events []audit.Event) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.b.cfg.Log.Error().Str("actor", a.self).Str("panic", fmt.Sprint(p)).Msg("dns audit batch failed: recording one by one")
+		}
+	}()
+	bs.RecordBatch(events)
+	return true
+}
+
+func (a *dnsBatchActor) recordOne(e *audit.Event) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.b.cfg.Log.Error().Str("actor", a.self).Str("panic", fmt.Sprint(p)).Str("name", e.Query.Hostname).Msg("dns audit event failed")
+		}
+	}()
+	a.b.cfg.Audit.Record(*e)
 }
 
 // rescue runs on a timer when the batch takes too long: the queries not yet
@@ -440,6 +487,11 @@ func (a *dnsBatchActor) flush() {
 	bt := a.batch
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
+	if len(bt.events) > 0 {
+		a.recordEvents(bt.events)
+		clear(bt.events)
+		bt.events = bt.events[:0]
+	}
 	if a.bc == nil {
 		for _, r := range bt.pending {
 			if _, err := a.pc.WriteTo(r.b, r.addr); err != nil {

@@ -73,6 +73,7 @@ type Netlink struct {
 	pids  func() ([]int, error)
 	inj   fault.Injector
 	cache *ownerCache
+	eventsErr error // why process events are not used (nil: they are)
 	// bounded: the candidates are a sandbox's processes (WithPids or
 	// WithProcRoot), all scanned for holders. Otherwise every process of
 	// the host is a candidate: recent owners are scanned before listing
@@ -105,10 +106,13 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	// Process events number processes as the initial pid namespace does:
 	// usable with the host's /proc only. Without them (no CAP_NET_ADMIN, a
 	// container), every lookup reads what it needs; nothing else changes.
-	if c.procRoot == "/proc" && !c.noEvents {
-		if ev, err := openProcEvents(250 * time.Millisecond); err == nil {
-			r.proc.t.events = ev
-		}
+	switch {
+	case c.noEvents:
+		r.eventsErr = errors.New("identity: process events not wanted (WithoutProcEvents)")
+	case c.procRoot != "/proc":
+		r.eventsErr = fmt.Errorf("identity: process events number processes as the host does; not used with proc root %s", c.procRoot)
+	default:
+		r.proc.t.events, r.eventsErr = openProcEvents(250 * time.Millisecond)
 	}
 	if r.pids == nil {
 		r.pids = r.proc.allPids
@@ -116,10 +120,11 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	return r, nil
 }
 
-// ProcEvents reports whether the kernel's process events vouch for cached
+// ProcEvents returns nil when the kernel's process events vouch for cached
 // process facts (the exe and parent of processes met before), so that a
-// lookup reads only what changed.
-func (r *Netlink) ProcEvents() bool { return r.proc.t.events != nil }
+// lookup reads only what changed; otherwise why not (every lookup then
+// reads each process it needs).
+func (r *Netlink) ProcEvents() error { return r.eventsErr }
 
 // Close releases the sock_diag socket, the process events socket and the
 // held process handles.

@@ -247,7 +247,9 @@ func (p procFS) withHandle(pid int, read func(*procHandle) error) error {
 			return err
 		}
 		err = read(h)
-		dead := err != nil && exited(err)
+		// ENOENT from a link may be a live process without one: only a
+		// failed read of its stat says it is gone.
+		dead := err != nil && exited(err) && !h.alive()
 		p.t.release(h, dead)
 		if !dead || try == 1 {
 			return err

@@ -34,6 +34,7 @@ type procHandle struct {
 	// moved since the read began.
 	epoch   uint64
 	exeC    string
+	exeErr  error // the exe link of a live process that cannot be read (pid 1 of some VMs)
 	ppidC   int
 	hasExe  bool
 	hasPpid bool
@@ -182,29 +183,38 @@ func (t *procTable) forgetAll() {
 
 func (h *procHandle) invalidate() {
 	h.epoch++
-	h.hasExe, h.hasPpid, h.exeC, h.ppidC = false, false, "", 0
+	h.hasExe, h.hasPpid, h.exeC, h.exeErr, h.ppidC = false, false, "", nil, 0
 }
 
-// exe returns h's exe, from what events vouch for or read now.
+// exe returns h's exe, from what events vouch for or read now. A live
+// process whose link cannot be read (a kernel thread, or an init whose
+// binary is gone) keeps that error like a value.
 func (t *procTable) exe(h *procHandle) (string, error) {
 	if t.events == nil {
 		return h.exe()
 	}
 	t.mu.Lock()
-	exe, ok, epoch := h.exeC, h.hasExe, h.epoch
+	exe, exeErr, ok, epoch := h.exeC, h.exeErr, h.hasExe, h.epoch
 	t.mu.Unlock()
 	if ok {
-		return exe, nil
+		return exe, exeErr
 	}
 	exe, err := h.exe()
-	if err == nil {
-		t.mu.Lock()
-		if h.epoch == epoch {
-			h.exeC, h.hasExe = exe, true
-		}
-		t.mu.Unlock()
+	if err != nil && !h.alive() {
+		return "", err
 	}
+	t.mu.Lock()
+	if h.epoch == epoch {
+		h.exeC, h.exeErr, h.hasExe = exe, err, true
+	}
+	t.mu.Unlock()
 	return exe, err
+}
+
+// alive reports whether h's process can still be read.
+func (h *procHandle) alive() bool {
+	_, err := h.ppid()
+	return err == nil || !exited(err)
 }
 
 // ppid returns h's parent pid, from what events vouch for or read now.

@@ -134,6 +134,11 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 			return &exitError{exitFailure, fmt.Errorf("identity: %w (use --identity none for endpoint-only matching)", err)}
 		}
 		defer nl.Close()
+		if err := nl.ProcEvents(); err != nil {
+			log.Info().Err(err).Msg("identity: every lookup reads the processes it needs")
+		} else {
+			log.Debug().Msg("identity: process events vouch for the processes met before")
+		}
 		resolver = nl
 	case identity.ModeNone:
 		resolver = identity.None{}
