@@ -294,6 +294,9 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}
+	if err := id.ProcEvents(); err != nil {
+		log.Info().Err(err).Msg("identity: every lookup reads the processes it needs")
+	}
 	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
 	if err != nil {
 		_ = id.Close()

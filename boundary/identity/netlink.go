@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
@@ -68,12 +69,15 @@ func WithInjector(inj fault.Injector) Option { return func(c *config) { c.inj = 
 // Netlink resolves peer identity through sock_diag and procfs. It is safe for
 // concurrent use.
 type Netlink struct {
-	diag  *diagConn
-	proc  procFS
-	pids  func() ([]int, error)
-	inj   fault.Injector
-	cache *ownerCache
+	diag      *diagConn
+	proc      procFS
+	pids      func() ([]int, error)
+	inj       fault.Injector
+	cache     *ownerCache
 	eventsErr error // why process events are not used (nil: they are)
+	// cands keeps a bounded candidate list while process events vouch for
+	// it (nil without events or without bounded candidates).
+	cands *candidateCache
 	// bounded: the candidates are a sandbox's processes (WithPids or
 	// WithProcRoot), all scanned for holders. Otherwise every process of
 	// the host is a candidate: recent owners are scanned before listing
@@ -117,7 +121,57 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if r.pids == nil {
 		r.pids = r.proc.allPids
 	}
+	if r.bounded && r.proc.t.events != nil {
+		r.cands = &candidateCache{}
+	}
 	return r, nil
+}
+
+// candidateCache keeps the list of a bounded candidate set (a sandbox's
+// processes) between lookups. A sandbox's processes come only from forks
+// of its processes, so the list holds until a candidate forks a process or
+// one exits, or events are lost: then the next lookup lists them again.
+type candidateCache struct {
+	mu    sync.Mutex
+	pids  []int
+	valid bool
+	epoch uint64
+}
+
+func (c *candidateCache) forked(parent, _ int) { c.invalidateIf(parent) }
+func (c *candidateCache) exited(pid int)       { c.invalidateIf(pid) }
+func (c *candidateCache) lost()                { c.invalidateIf(-1) }
+
+func (c *candidateCache) invalidateIf(pid int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pid < 0 || slices.Contains(c.pids, pid) {
+		c.valid = false
+		c.epoch++
+	}
+}
+
+// list returns the candidates: the kept list, or list() read now (and kept
+// if no event changed the set meanwhile).
+func (c *candidateCache) list(read func() ([]int, error)) ([]int, error) {
+	c.mu.Lock()
+	if c.valid {
+		pids := slices.Clone(c.pids)
+		c.mu.Unlock()
+		return pids, nil
+	}
+	epoch := c.epoch
+	c.mu.Unlock()
+	pids, err := read()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.epoch == epoch {
+		c.pids, c.valid = slices.Clone(pids), true
+	}
+	c.mu.Unlock()
+	return pids, nil
 }
 
 // ProcEvents returns nil when the kernel's process events vouch for cached
@@ -179,7 +233,11 @@ func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Id
 // reported).
 func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 	if ev := r.proc.t.events; ev != nil {
-		ev.sync(r.proc.t)
+		var w eventWatcher
+		if r.cands != nil {
+			w = r.cands
+		}
+		ev.sync(r.proc.t, w)
 	}
 	d, err := r.diag.lookup(client, server)
 	if err != nil {
@@ -259,7 +317,11 @@ func (r *Netlink) holders(inode uint32) (fdRef, []int, error) {
 			cached = false
 		}
 	}
-	pids, err := r.pids()
+	read := r.pids
+	if r.cands != nil {
+		read = func() ([]int, error) { return r.cands.list(r.pids) }
+	}
+	pids, err := read()
 	if err != nil {
 		return fdRef{}, nil, fmt.Errorf("candidate pids: %w", err)
 	}

@@ -20,6 +20,7 @@ const (
 	procCnMcastListen = 1
 
 	procEventNone = 0x0
+	procEventFork = 0x1
 	procEventExec = 0x2
 	procEventComm = 0x200
 	procEventExit = 0x80000000
@@ -124,31 +125,63 @@ func (e *procEvents) selfCheck(wait time.Duration) error {
 }
 
 // parseProcEvent returns an event's kind and its first two fields: for
-// exec, exit and comm the pid (thread id) and tgid; for the listen ack the
-// error number.
+// exec, exit and comm the pid (thread id) and tgid; for fork the parent's;
+// for the listen ack the error number.
 func parseProcEvent(b []byte) (what, a, bb uint32, ok bool) {
-	ne := binary.NativeEndian
-	if len(b) < unix.SizeofNlMsghdr+cnMsgLen+procEventHdr+8 {
+	ev, ok := procEventData(b, 8)
+	if !ok {
 		return 0, 0, 0, false
+	}
+	ne := binary.NativeEndian
+	return ne.Uint32(ev[0:]), ne.Uint32(ev[procEventHdr:]), ne.Uint32(ev[procEventHdr+4:]), true
+}
+
+// parseFork returns a fork event's parent tgid and the child's pid and
+// tgid (equal for a new process, not for a new thread).
+func parseFork(b []byte) (parentTgid, childPid, childTgid uint32, ok bool) {
+	ev, ok := procEventData(b, 16)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	ne := binary.NativeEndian
+	return ne.Uint32(ev[procEventHdr+4:]), ne.Uint32(ev[procEventHdr+8:]), ne.Uint32(ev[procEventHdr+12:]), true
+}
+
+// procEventData returns the proc_event of a connector message with at
+// least n bytes of event data.
+func procEventData(b []byte, n int) ([]byte, bool) {
+	ne := binary.NativeEndian
+	if len(b) < unix.SizeofNlMsghdr+cnMsgLen+procEventHdr+n {
+		return nil, false
 	}
 	c := b[unix.SizeofNlMsghdr:]
 	if ne.Uint32(c[0:]) != cnIdxProc || ne.Uint32(c[4:]) != cnValProc {
-		return 0, 0, 0, false
+		return nil, false
 	}
-	ev := c[cnMsgLen:]
-	return ne.Uint32(ev[0:]), ne.Uint32(ev[procEventHdr:]), ne.Uint32(ev[procEventHdr+4:]), true
+	return c[cnMsgLen:], true
+}
+
+// eventWatcher hears of new and ended processes and of lost events
+// (procEvents.sync calls it with the drain's lock held).
+type eventWatcher interface {
+	forked(parentTgid, child int)
+	exited(pid int)
+	lost()
 }
 
 // sync drains every queued event into t: an exec or exit of a process
 // forgets what t knew of it (and, for an exit, of its children, which are
 // reparented); a lost event forgets everything. When sync returns, every
 // event queued before it was called has been applied.
-func (e *procEvents) sync(t *procTable) {
+func (e *procEvents) sync(t *procTable, w eventWatcher) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {
 		if e.broken || e.fd < 0 {
 			t.forgetAll()
+			if w != nil {
+				w.lost()
+			}
 			return
 		}
 		n, _, err := unix.Recvfrom(e.fd, e.buf, 0)
@@ -160,6 +193,9 @@ func (e *procEvents) sync(t *procTable) {
 			continue
 		case errors.Is(err, unix.ENOBUFS): // events were lost; the queue goes on
 			t.forgetAll()
+			if w != nil {
+				w.lost()
+			}
 			continue
 		default:
 			e.broken = true
@@ -174,6 +210,13 @@ func (e *procEvents) sync(t *procTable) {
 			t.forget(int(tgid), false)
 		case what == procEventExit && pid == tgid: // a thread's exit changes nothing
 			t.forget(int(tgid), true)
+			if w != nil {
+				w.exited(int(tgid))
+			}
+		case what == procEventFork && w != nil:
+			if parent, child, childTgid, ok := parseFork(e.buf[:n]); ok && child == childTgid { // a process, not a thread
+				w.forked(int(parent), int(child))
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -155,7 +156,7 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 	}
 	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
 
-	ev.sync(p.t)
+	ev.sync(p.t, nil)
 	exe0, err := p.exe(child)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 
 	_, _ = cw.WriteString("go\n")
 	waitFor(t, func() bool {
-		ev.sync(p.t)
+		ev.sync(p.t, nil)
 		exe, err := p.exe(child)
 		return err == nil && exe != exe0 && strings.HasSuffix(exe, "/sleep")
 	}, "the exec of the child to be seen")
@@ -189,7 +190,7 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 	_, _ = pw.WriteString("go\n") // the parent exits; the child is reparented
 	_ = cmd.Wait()
 	waitFor(t, func() bool {
-		ev.sync(p.t)
+		ev.sync(p.t, nil)
 		pp, err := p.ppid(child)
 		return err == nil && pp != cmd.Process.Pid
 	}, "the child's new parent to be seen")
@@ -206,5 +207,36 @@ func waitFor(t *testing.T, ok func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With process events, a bounded candidate list is listed again only after
+// a candidate forked a process (or one exited, or events were lost).
+func TestCandidatesKeptUntilAFork(t *testing.T) {
+	requireRoot(t)
+	var calls int
+	var mu sync.Mutex
+	r := newResolver(t, WithPids(func() ([]int, error) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return []int{os.Getpid()}, nil
+	}))
+	if err := r.ProcEvents(); err != nil {
+		unavailable(t, "process events: %v", err)
+	}
+	listed := func() int { mu.Lock(); defer mu.Unlock(); return calls }
+	conn := pair(t, listen(t, "tcp4", "127.0.0.1:0"))
+	checkSelf(t, resolve(t, r, conn))
+	checkSelf(t, resolve(t, r, conn))
+	if n := listed(); n != 1 {
+		t.Fatalf("candidates listed %d times for two lookups with no fork, want 1", n)
+	}
+	if err := exec.Command(lookPath(t, "true")).Run(); err != nil { // a fork by the candidate
+		t.Fatal(err)
+	}
+	checkSelf(t, resolve(t, r, conn))
+	if n := listed(); n != 2 {
+		t.Fatalf("candidates listed %d times after the candidate forked, want 2", n)
 	}
 }
