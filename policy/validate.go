@@ -13,7 +13,6 @@ package policy
 // walk drops.
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -33,7 +32,9 @@ const (
 	// 2^32-1 is the "no identity" sentinel (OpenShell MAX_SANDBOX_UID).
 	maxSandboxID = 1<<32 - 2
 	// maxAmbiguityPairs bounds the endpoint pairs the ambiguity check
-	// compares, so a policy of many aliased endpoints fails fast.
+	// stands for (those OpenShell's pairwise check compares, counted in
+	// validate_ambiguity.go), so a policy of many aliased endpoints fails
+	// fast.
 	maxAmbiguityPairs = 1_000_000
 	// defaultBodyLimit is OpenShell's body limit when none is given.
 	defaultBodyLimit = 65536
@@ -206,12 +207,36 @@ func (ep *rawEndpoint) at(key string) *yaml.Node {
 	return ep.node
 }
 
+// uint returns an integer scalar's value, 0 for anything else.
 func (ep *rawEndpoint) uint(v *yaml.Node) int64 {
 	var n int64
-	if v = deref(v); v != nil && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Decode(&n) == nil {
+	if v = deref(v); v == nil || v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
+		return 0
+	}
+	if n, ok := plainDecimal(v.Value); ok {
+		return n // what Decode returns, without its reflection
+	}
+	if v.Decode(&n) == nil {
 		return n
 	}
 	return 0
+}
+
+// plainDecimal parses a decimal without sign, '_' or leading zero (YAML
+// reads "0443" as octal) of at most 18 digits: an !!int scalar that
+// yaml.v3 decodes with strconv.ParseInt(s, 0, 64), that is in base 10.
+func plainDecimal(s string) (int64, bool) {
+	if s == "" || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	n := int64(0)
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, true
 }
 
 // jsonRPCBodyLimit: lib.rs json_rpc_max_body_bytes (the mcp stanza wins).
@@ -571,100 +596,6 @@ func (p *parser) u32(v *yaml.Node, what string) {
 		p.errorf(v, "%s: %d out of range; valid values are 0-4294967295", what, n)
 	}
 }
-
-// checkAmbiguity: ambiguity.rs find_endpoint_ambiguities. Two endpoints
-// (in any network policies) whose hosts can match the same name and whose
-// ports intersect must agree on connection metadata (explicit tcp, tls,
-// allowed_ips) and, when both carry request metadata and their paths
-// overlap at the same specificity, on request metadata. Otherwise which
-// endpoint's metadata applies, and whose allowed_ips a decision reports,
-// would depend on iteration order.
-func (p *parser) checkAmbiguity(eps []*rawEndpoint) {
-	type prepared struct {
-		ep    *rawEndpoint
-		host  string
-		ports []int64
-	}
-	all := make([]prepared, 0, len(eps))
-	for _, ep := range eps {
-		pr := prepared{ep: ep, host: strings.ToLower(ep.str("host"))}
-		if v := ep.vals["port"]; v != nil {
-			pr.ports = append(pr.ports, ep.uint(v))
-		}
-		for _, item := range ep.list("ports") {
-			pr.ports = append(pr.ports, ep.uint(item))
-		}
-		all = append(all, pr)
-	}
-	// Candidate pairs share a port and, unless one host is a pattern or
-	// absent, the host: exact hosts are bucketed, patterns meet everyone.
-	// An endpoint reached twice through a YAML alias is one endpoint.
-	buckets := map[string][]int{}
-	var patterns []int
-	seenNode := map[*yaml.Node]bool{}
-	primary := make([]bool, len(all))
-	for i, pr := range all {
-		if seenNode[pr.ep.node] {
-			continue
-		}
-		seenNode[pr.ep.node], primary[i] = true, true
-		if isPattern(pr.host) {
-			patterns = append(patterns, i)
-		} else {
-			buckets[strings.TrimSuffix(pr.host, ".")] = append(buckets[strings.TrimSuffix(pr.host, ".")], i)
-		}
-	}
-	var pairs [][2]int
-	for _, b := range buckets {
-		for x := range b {
-			for y := x + 1; y < len(b); y++ {
-				pairs = append(pairs, [2]int{b[x], b[y]})
-			}
-		}
-		if len(pairs) > maxAmbiguityPairs {
-			break
-		}
-	}
-	for _, w := range patterns {
-		for i := range all {
-			if i != w && primary[i] && (!isPattern(all[i].host) || i > w) {
-				pairs = append(pairs, [2]int{min(i, w), max(i, w)})
-			}
-		}
-		if len(pairs) > maxAmbiguityPairs {
-			break
-		}
-	}
-	if len(pairs) > maxAmbiguityPairs {
-		p.errorf(all[0].ep.node, "too many overlapping endpoints to check for conflicting settings (more than %d pairs); merge endpoints that share a host and port", maxAmbiguityPairs)
-		return
-	}
-	slices.SortFunc(pairs, func(a, b [2]int) int { return cmp.Or(a[0]-b[0], a[1]-b[1]) })
-	for _, pair := range pairs {
-		l, r := all[pair[0]], all[pair[1]]
-		var shared []string
-		for _, port := range l.ports {
-			if port > 0 && slices.Contains(r.ports, port) && !slices.Contains(shared, strconv.FormatInt(port, 10)) {
-				shared = append(shared, strconv.FormatInt(port, 10))
-			}
-		}
-		if len(shared) == 0 || !hostPatternsOverlap(l.host, r.host) {
-			continue
-		}
-		conflicts := connectionConflicts(l.ep, r.ep)
-		lp, rp := l.ep.str("path"), r.ep.str("path")
-		if l.ep.requestMetadata() && r.ep.requestMetadata() && pathPatternsOverlap(lp, rp) && pathSpecificity(lp) == pathSpecificity(rp) {
-			conflicts = append(conflicts, requestConflicts(l.ep, r.ep)...)
-		}
-		if len(conflicts) == 0 {
-			continue
-		}
-		p.errorf(r.ep.node, "endpoint %s of network policy %q overlaps endpoint %s of network policy %q (line %d) on port(s) %s with conflicting settings: %s; make them agree, or split the hosts or ports",
-			r.ep.selector(), r.ep.policy, l.ep.selector(), l.ep.policy, l.ep.node.Line, strings.Join(shared, ","), strings.Join(conflicts, "; "))
-	}
-}
-
-func isPattern(host string) bool { return host == "" || strings.Contains(host, "*") }
 
 func (ep *rawEndpoint) selector() string {
 	host := ep.str("host")

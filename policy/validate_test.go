@@ -123,8 +123,8 @@ func TestValidateOpenShell(t *testing.T) {
 }
 
 // TestValidateAmbiguity: ambiguity.rs find_endpoint_ambiguities. Errors
-// are at the later endpoint of the pair. The check is not run by Parse yet
-// (see validate); these rows run it after a successful parse.
+// are at the later endpoint of the pair. Parse runs the check when
+// nothing else is wrong; these rows run it again after a successful parse.
 func TestValidateAmbiguity(t *testing.T) {
 	two := func(left, right string) string {
 		return "version: 1\nnetwork_policies:\n  left:\n    endpoints: [" + left + "]\n    binaries: [{path: /usr/bin/curl}]\n  right:\n    endpoints: [" + right + "]\n    binaries: [{path: /usr/bin/bash}]\n"
