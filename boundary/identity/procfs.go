@@ -149,7 +149,7 @@ func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRe
 			return -1, nil, err
 		}
 	}
-	fd, err := scanDir(dfd, pid, target, seen)
+	fd, err := scanDir(dfd, pid, target, seen, h)
 	_ = unix.Close(dfd)
 	if h != nil && (err != nil || fd < 0) {
 		p.t.release(h, false)
@@ -158,16 +158,44 @@ func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRe
 	return fd, h, err
 }
 
-func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, error) {
+// scanDir reads the fd links under dfd until target. With a handle, the
+// fds that held no socket at its last scan (stdio, pipes, the event poll:
+// they seldom change) are read last, and what this scan learns is kept.
+func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h *procHandle) (int, error) {
 	dirents := make([]byte, 8192)
-	var link [64]byte
+	var (
+		link          [64]byte
+		later         []int // known non-sockets, read after the rest
+		nonSock, sock []int // learned by this scan
+	)
+	if h != nil {
+		defer func() { h.learn(nonSock, sock) }()
+	}
+	read := func(fd int) (found bool) {
+		var num [12]byte
+		m, err := unix.Readlinkat(dfd, string(strconv.AppendInt(num[:0], int64(fd), 10)), link[:])
+		if err != nil {
+			return false // closed meanwhile
+		}
+		inode, ok := socketInode(link[:m])
+		if !ok {
+			nonSock = append(nonSock, fd)
+			return false
+		}
+		sock = append(sock, fd)
+		if inode == target {
+			return true
+		}
+		seen(inode, fdRef{pid: pid, fd: fd})
+		return false
+	}
 	for {
 		n, err := unix.ReadDirent(dfd, dirents)
 		if err != nil {
 			return -1, err
 		}
 		if n <= 0 {
-			return -1, nil
+			break
 		}
 		for b := dirents[:n]; len(b) >= 19; {
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
@@ -183,20 +211,21 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef)) (i
 			if !ok {
 				continue // "." and ".."
 			}
-			m, err := unix.Readlinkat(dfd, string(name), link[:])
-			if err != nil {
-				continue // closed meanwhile
-			}
-			inode, ok := socketInode(link[:m])
-			if !ok {
+			if h != nil && h.wasNonSocket(fd) {
+				later = append(later, fd)
 				continue
 			}
-			if inode == target {
+			if read(fd) {
 				return fd, nil
 			}
-			seen(inode, fdRef{pid: pid, fd: fd})
 		}
 	}
+	for _, fd := range later {
+		if read(fd) {
+			return fd, nil
+		}
+	}
+	return -1, nil
 }
 
 // atoiBytes parses a non-negative decimal fd number.

@@ -38,6 +38,37 @@ type procHandle struct {
 	ppidC   int
 	hasExe  bool
 	hasPpid bool
+
+	// What the last scan through the handle found of each fd: the fds
+	// that held no socket are read last next time (an ordering only:
+	// every fd is still read before a scan says "not found").
+	fdMu    sync.Mutex
+	nonSock map[int]bool
+}
+
+// wasNonSocket reports whether fd held no socket at the last scan.
+func (h *procHandle) wasNonSocket(fd int) bool {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	return h.nonSock[fd]
+}
+
+// learn records what a scan found: fds without a socket and fds with one.
+func (h *procHandle) learn(nonSock, sock []int) {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	if h.nonSock == nil {
+		h.nonSock = map[int]bool{}
+	}
+	for _, fd := range nonSock {
+		h.nonSock[fd] = true
+	}
+	for _, fd := range sock {
+		delete(h.nonSock, fd)
+	}
+	if len(h.nonSock) > 4096 { // a process with that many files: start over
+		clear(h.nonSock)
+	}
 }
 
 // procTable holds recently used processes open so that identifying the

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A held handle reads the process it was opened on: after an exec it reads
@@ -238,5 +241,59 @@ func TestCandidatesKeptUntilAFork(t *testing.T) {
 	checkSelf(t, resolve(t, r, conn))
 	if n := listed(); n != 2 {
 		t.Fatalf("candidates listed %d times after the candidate forked, want 2", n)
+	}
+}
+
+// A scan through a handle reads last the fds that held no socket before,
+// but still finds a socket that took such an fd's number.
+func TestScanFindsSocketInFormerNonSocketFd(t *testing.T) {
+	p := newProcFS("/proc", 0)
+	defer p.t.reset()
+	self := os.Getpid()
+	h, err := p.t.acquire(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.t.release(h, false)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	pipeFd := int(r.Fd())
+	// A scan for an inode nobody holds reads every fd and learns the pipe.
+	if fd, _, err := p.scanFds(self, 1, func(uint32, fdRef) {}); err != nil || fd != -1 {
+		t.Fatalf("scan for no socket: fd %d, %v", fd, err)
+	}
+	if !h.wasNonSocket(pipeFd) {
+		t.Fatalf("fd %d (a pipe) not learned as a non-socket", pipeFd)
+	}
+	// The pipe's number goes to a socket.
+	ln := listen(t, "tcp4", "127.0.0.1:0")
+	sfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Dup3(sfd, pipeFd, unix.O_CLOEXEC); err != nil { // replaces the pipe's read end
+		t.Fatal(err)
+	}
+	_ = unix.Close(sfd)
+	defer unix.Close(pipeFd)
+	_ = r // its fd now names the socket; do not close it twice
+	addr := ln.Addr().(*net.TCPAddr)
+	if err := unix.Connect(pipeFd, &unix.SockaddrInet4{Port: addr.Port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(pipeFd, &st); err != nil {
+		t.Fatal(err)
+	}
+	fd, got, err := p.scanFds(self, uint32(st.Ino), func(uint32, fdRef) {})
+	p.t.release(got, false)
+	if err != nil || fd != pipeFd {
+		t.Fatalf("scan for the socket on a former pipe's fd %d: fd %d, %v", pipeFd, fd, err)
+	}
+	if h.wasNonSocket(pipeFd) {
+		t.Fatal("the fd is still taken for a non-socket after the scan found a socket there")
 	}
 }
