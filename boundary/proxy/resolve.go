@@ -18,8 +18,19 @@ type Exchanger interface {
 // (with --hosts, both are offline).
 type UpstreamResolver struct{ Up Exchanger }
 
-// LookupNetIP implements Resolver: A then AAAA records of host.
+// memoryLookup is an upstream that answers from memory (a hosts file): the
+// addresses of a normalised name, and whether it is listed.
+type memoryLookup interface {
+	Lookup(name string) ([]netip.Addr, bool)
+}
+
+// LookupNetIP implements Resolver: A then AAAA records of host. An upstream
+// that answers from memory is asked directly, the same addresses in the
+// same order, without building DNS messages.
 func (r UpstreamResolver) LookupNetIP(ctx context.Context, _ string, host string) ([]netip.Addr, error) {
+	if m, ok := r.Up.(memoryLookup); ok {
+		return lookupMemory(m, host)
+	}
 	var out []netip.Addr
 	var firstErr error
 	for _, qt := range [...]uint16{dns.TypeA, dns.TypeAAAA} {
@@ -49,6 +60,25 @@ func (r UpstreamResolver) LookupNetIP(ctx context.Context, _ string, host string
 		if firstErr != nil {
 			return nil, fmt.Errorf("lookup %s: %w", host, firstErr)
 		}
+		return nil, fmt.Errorf("lookup %s: no such host", host)
+	}
+	return out, nil
+}
+
+func lookupMemory(m memoryLookup, host string) ([]netip.Addr, error) {
+	addrs, _ := m.Lookup(host)
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs { // A records first, then AAAA, as the upstream answers them
+		if a.Is4() {
+			out = append(out, a)
+		}
+	}
+	for _, a := range addrs {
+		if a.Is6() {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
 		return nil, fmt.Errorf("lookup %s: no such host", host)
 	}
 	return out, nil
