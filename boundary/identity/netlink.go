@@ -116,7 +116,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	case c.procRoot != "/proc":
 		r.eventsErr = fmt.Errorf("identity: process events number processes as the host does; not used with proc root %s", c.procRoot)
 	default:
-		r.proc.t.events, r.eventsErr = openProcEvents(250 * time.Millisecond)
+		r.proc.t.events, r.eventsErr = openProcEvents(250*time.Millisecond, eventsQueueBytes)
 	}
 	if r.pids == nil {
 		r.pids = r.proc.allPids

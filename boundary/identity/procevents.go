@@ -13,6 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// eventsQueueBytes bounds the queue of undrained process events (a few
+// hundred events).
+const eventsQueueBytes = 256 << 10
+
 // The kernel's process events connector (linux/connector.h, cn_proc.h).
 const (
 	cnIdxProc         = 1
@@ -48,13 +52,13 @@ type procEvents struct {
 // openProcEvents subscribes to process events and checks that their pids
 // are numbered like this process's own (the initial pid namespace) by
 // renaming the calling thread to its own name and waiting for that event.
-func openProcEvents(wait time.Duration) (*procEvents, error) {
+func openProcEvents(wait time.Duration, rcvbuf int) (*procEvents, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
 	if err != nil {
 		return nil, fmt.Errorf("identity: proc connector socket: %w", err)
 	}
 	e := &procEvents{fd: fd, buf: make([]byte, 4096)}
-	if err := e.listen(); err != nil {
+	if err := e.listen(rcvbuf); err != nil {
 		_ = unix.Close(fd)
 		return nil, err
 	}
@@ -65,12 +69,15 @@ func openProcEvents(wait time.Duration) (*procEvents, error) {
 	return e, nil
 }
 
-func (e *procEvents) listen() error {
+func (e *procEvents) listen(rcvbuf int) error {
 	if err := unix.Bind(e.fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
 		return fmt.Errorf("identity: proc connector bind: %w", err)
 	}
-	// A large queue: events are drained only when a connection is looked up.
-	_ = unix.SetsockoptInt(e.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	// Events are drained only when a connection is looked up, so an idle
+	// boundary's queue fills with the host's events: keep it small (its
+	// kernel memory is per boundary). An overflow costs one re-read of
+	// what was cached, at the next lookup.
+	_ = unix.SetsockoptInt(e.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf)
 	msg := make([]byte, unix.SizeofNlMsghdr+cnMsgLen+4)
 	ne := binary.NativeEndian
 	ne.PutUint32(msg[0:], uint32(len(msg)))

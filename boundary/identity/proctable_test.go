@@ -127,7 +127,7 @@ func TestProcTableBound(t *testing.T) {
 // makes its child's parent read again (it was reparented).
 func TestProcEventsKeepCacheExact(t *testing.T) {
 	requireRoot(t)
-	ev, err := openProcEvents(time.Second)
+	ev, err := openProcEvents(time.Second, eventsQueueBytes)
 	if err != nil {
 		unavailable(t, "process events: %v", err)
 	}
@@ -295,5 +295,46 @@ func TestScanFindsSocketInFormerNonSocketFd(t *testing.T) {
 	}
 	if h.wasNonSocket(pipeFd) {
 		t.Fatal("the fd is still taken for a non-socket after the scan found a socket there")
+	}
+}
+
+type lostWatcher struct{ lostN int }
+
+func (w *lostWatcher) forked(int, int) {}
+func (w *lostWatcher) exited(int)      {}
+func (w *lostWatcher) lost()           { w.lostN++ }
+
+// When the queue overflows between two lookups, the next sync forgets
+// everything the table knew (and says events were lost).
+func TestProcEventsOverflowForgetsAll(t *testing.T) {
+	requireRoot(t)
+	ev, err := openProcEvents(time.Second, 4096) // the kernel's minimum
+	if err != nil {
+		unavailable(t, "process events: %v", err)
+	}
+	defer ev.close()
+	p := newProcFS("/proc", 0)
+	p.t.events = ev
+	defer p.t.reset()
+	ev.sync(p.t, nil)
+	self := os.Getpid()
+	if _, err := p.exe(self); err != nil {
+		t.Fatal(err)
+	}
+	truePath := lookPath(t, "true")
+	for range 64 { // 3+ events each (fork, exec, exit): more than the queue holds
+		if err := exec.Command(truePath).Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &lostWatcher{}
+	ev.sync(p.t, w)
+	h := p.t.peek(self)
+	p.t.mu.Lock()
+	kept := h.hasExe
+	p.t.mu.Unlock()
+	p.t.release(h, false)
+	if w.lostN == 0 || kept {
+		t.Fatalf("after an overflow: lost reported %d times, exe still kept %v; want lost and forgotten", w.lostN, kept)
 	}
 }
