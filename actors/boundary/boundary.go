@@ -34,6 +34,9 @@ type Boundary struct {
 	// listener actor stops (sockets outlive actors otherwise).
 	live    *connSet
 	streams *connSet
+	// upstreams are the tunnels' upstream connections: a tunnel relays on
+	// its actor's worker, so the proxy actor, stopping, closes these too.
+	upstreams *connSet
 	// inflight counts the query actors that have not ended.
 	inflight atomic.Int64
 	// pool runs the mailboxes of the leaves (conn/N, query/N) on warm
@@ -57,8 +60,9 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 	cfg.defaults()
 	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{},
 		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}},
-		pool:   dispatch.NewPool(64, 10*time.Second, 300),
-		dialer: net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: -1, Count: -1}}}
+		upstreams: &connSet{m: map[net.Conn]struct{}{}},
+		pool:      dispatch.NewPool(64, 10*time.Second, 300),
+		dialer:    net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: -1, Count: -1}}}
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

@@ -187,9 +187,11 @@ func (a *connActor) serve(ctx actor.Context) {
 // tunnel relays a CONNECT tunnel until both directions have ended: the
 // client's bytes on this actor's own worker (its stack is grown already),
 // the upstream's on one goroutine. The actor is busy meanwhile; the proxy
-// actor, stopping, closes every client connection, which ends the first
-// direction, and then this closes the upstream to end the second.
+// actor, stopping, closes every client and upstream connection, which
+// ends both directions (TestStopEndsHalfClosedTunnel).
 func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
+	a.b.upstreams.add(up)
+	defer a.b.upstreams.remove(up)
 	back := make(chan struct{})
 	go func() {
 		defer close(back)

@@ -64,9 +64,10 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 			a.loop.stop()
 			a.loop = nil
 		}
-		if _, ok := ctx.Message().(*actor.Stopping); ok {
-			// Unblock conn actors in a bounded read or dial so they stop now.
-			a.b.live.closeAll()
-		}
+		// Unblock the conn actors (in a bounded read or dial, or relaying a
+		// tunnel on their worker) so they stop now: a restart stops the
+		// children too, and waits for them.
+		a.b.live.closeAll()
+		a.b.upstreams.closeAll()
 	}
 }
