@@ -511,7 +511,7 @@ func TestNewBatchConn(t *testing.T) {
 func TestDNSDualStackSocket(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "[::]:0")
 	if err != nil {
-		t.Skipf("no dual-stack UDP socket: %v", err)
+		testenv.Unavailable(t, "no dual-stack UDP socket: %v", err)
 	}
 	defer pc.Close()
 	if newBatchConn(pc) != nil {

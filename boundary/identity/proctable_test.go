@@ -18,14 +18,7 @@ import (
 // the new exe, after the process is gone it fails, and the table then opens
 // the pid afresh.
 func TestProcHandleFollowsExecAndExit(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Skip("no sleep")
-	}
+	sh, sleep := lookPath(t, "sh"), lookPath(t, "sleep")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
