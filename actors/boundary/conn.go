@@ -198,9 +198,6 @@ func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
 		_, _ = proxy.Pipe(client, up, nil)
 	}()
 	_, _ = proxy.Pipe(up, client, req.Reader)
-	if err := client.SetReadDeadline(time.Time{}); errors.Is(err, net.ErrClosed) {
-		_ = up.Close() // closed by the boundary, not by the client: stop now
-	}
 	<-back
 }
 

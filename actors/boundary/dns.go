@@ -54,6 +54,7 @@ type dnsActor struct {
 	tcp      *acceptLoop
 	batches  *dnsBatchPool
 	bc       batchConn // the UDP socket's batch reads and writes; nil: none
+	local    bool      // the upstream answers from memory: a batch never hands off for it
 }
 
 func (a *dnsActor) Receive(ctx actor.Context) {
@@ -77,9 +78,9 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.b.inflight.Add(1)
-		a.spawnQuery(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m})
+		a.spawn(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m})
 	case *dnsHandoff:
-		a.spawnQuery(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m.q, pending: m.pending})
+		a.spawn(ctx, &queryActor{b: a.b, answerer: a.answerer, q: m.q, pending: m.pending})
 	case *dnsListenFailed:
 		panic(fmt.Errorf("dns listener failed: %w", m.err))
 	case *actor.Restarting:
@@ -112,13 +113,10 @@ func (a *dnsActor) admit(m *dnsBatch) {
 }
 
 func (a *dnsActor) spawnBatch(ctx actor.Context, m *dnsBatch) {
-	_, local := a.answerer.Upstream.(dnsproxy.LocalUpstream)
-	ba := &dnsBatchActor{b: a.b, answerer: a.answerer, local: local, pc: a.b.cfg.DNSPacket, bc: a.bc,
+	ba := &dnsBatchActor{b: a.b, answerer: a.answerer, local: a.local, pc: a.b.cfg.DNSPacket, bc: a.bc,
 		send: sendTo(ctx.ActorSystem(), ctx.Self()), pool: a.batches, batch: m}
 	a.spawn(ctx, ba)
 }
-
-func (a *dnsActor) spawnQuery(ctx actor.Context, q *queryActor) { a.spawn(ctx, q) }
 
 // spawn starts a query actor (query/N) on the leaves' pool. A failed spawn
 // frees nothing: it only happens when the actor system is shutting down.
@@ -136,6 +134,7 @@ func (a *dnsActor) start(ctx actor.Context) {
 	if a.batches == nil {
 		a.batches = &dnsBatchPool{}
 	}
+	_, a.local = a.answerer.Upstream.(dnsproxy.LocalUpstream)
 	if pc := cfg.DNSPacket; pc != nil {
 		a.bc = newBatchConn(pc)
 		a.udpDone = make(chan struct{})

@@ -83,6 +83,7 @@ type batchEnv struct {
 	audit  *events
 	client *net.UDPConn // where replies go
 	dnsPID *actor.PID
+	logs   *testenv.Buffer // the boundary's log lines (warn and above)
 }
 
 func startBatchEnv(t *testing.T, up dnsproxy.Upstream, maxConns int) *batchEnv {
@@ -102,8 +103,8 @@ func startBatchEnv(t *testing.T, up dnsproxy.Upstream, maxConns int) *batchEnv {
 		}
 		up = h
 	}
-	e := &batchEnv{faults: fault.NewSet(), audit: &events{}, client: client}
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	e := &batchEnv{faults: fault.NewSet(), audit: &events{}, client: client, logs: &testenv.Buffer{}}
+	log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), e.logs)).Level(zerolog.WarnLevel)
 	e.sys = actor.NewActorSystem(logx.ActorSystemOption(log))
 	e.b, err = Start(e.sys, Config{DNSPacket: pc, Decider: nameDecider{"ok.test": true, "ok2.test": true, "slow.test": true},
 		DNSUpstream: up, Audit: e.audit, Injector: e.faults, Log: log, Counters: supervise.NewCounters(), MaxConns: maxConns})
@@ -245,6 +246,12 @@ func TestDNSBatchContainsAPanic(t *testing.T) {
 			if f := e.b.Stats().Faults.Load(); f != 1 {
 				t.Errorf("faults %d, want 1", f)
 			}
+			// The query's own recover contained the panic, and the batch
+			// actor answered the rest itself (the fallback when a panic
+			// escapes, a rescue by a new batch actor, would give the same
+			// answers but not this report).
+			testenv.Eventually(t, 5*time.Second, func() bool { return strings.Contains(e.logs.String(), "1 of 6 queries of this batch failed") },
+				"no report of the contained panic in the log:\n%s", e.logs.String())
 			// The batch actor is reported to its supervisor once it has
 			// answered everything: one query.stop per failed batch.
 			testenv.Eventually(t, 5*time.Second, func() bool { return e.b.Counters().Get("query", actor.StopDirective) == 1 },

@@ -246,14 +246,22 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 	if d.inode == 0 {
 		return Identity{}, fmt.Errorf("socket in TCP state %d has no inode (closed by its owner): %w", d.state, ErrNoOwner)
 	}
+	var (
+		ref    fdRef
+		h      *procHandle
+		others []int // other holders (bounded candidates only)
+	)
 	if r.bounded {
-		return r.resolveBounded(d)
+		ref, h, others, err = r.holders(d.inode)
+	} else {
+		ref, h, err = r.owner(d.inode)
 	}
-	ref, h, err := r.owner(d.inode)
 	if err != nil {
 		return Identity{}, err
 	}
 	defer r.proc.t.release(h, false)
+	// The holding was read through h: what is read next through it is
+	// about the same process, even if its pid has been reused since.
 	exe, err := r.proc.t.exe(h)
 	if err != nil {
 		r.cache.forget(d.inode)
@@ -261,41 +269,16 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 	}
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
-	return Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}, nil
-}
-
-// resolveBounded finds the owner and every other holder among a bounded
-// set of candidates (a sandbox's processes).
-func (r *Netlink) resolveBounded(d diagResult) (Identity, error) {
-	ref, others, err := r.holders(d.inode)
-	if err != nil {
-		return Identity{}, err
-	}
-	exe, err := r.proc.exe(ref.pid)
-	if err != nil {
-		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
-	}
-	anc := r.proc.ancestors(ref.pid)
-	h, ok := r.proc.fdHolds(ref, d.inode)
-	if !ok {
-		r.cache.forget(d.inode)
-		return Identity{}, fmt.Errorf("pid %d released socket inode %d: %w", ref.pid, d.inode, errOwnerGone)
-	}
-	r.proc.t.release(h, false)
-	r.cache.owned(ref.pid)
 	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}
-	if len(others) > 0 {
-		id.Holders = []Holder{{Pid: ref.pid, Exe: exe, Ancestors: anc}}
-		for _, pid := range others {
-			exe, err := r.proc.exe(pid)
-			if err != nil {
-				continue // exited meanwhile
-			}
-			id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
+	for _, pid := range others {
+		exe, err := r.proc.exe(pid)
+		if err != nil {
+			continue // exited meanwhile
 		}
-		if len(id.Holders) == 1 {
-			id.Holders = nil
+		if id.Holders == nil {
+			id.Holders = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors}}
 		}
+		id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
 	}
 	return id, nil
 }
@@ -305,16 +288,14 @@ func (r *Netlink) resolveBounded(d diagResult) (Identity, error) {
 // unix socket is held by several processes, and each may write on it. The
 // owner is the first holder in the scan order (recent owners first, then
 // newest first), or the cached holder when the cache names one that still
-// holds it.
-func (r *Netlink) holders(inode uint32) (fdRef, []int, error) {
+// holds it; its holding is read through the returned handle (acquired: the
+// caller releases it), as owner does.
+func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
+	var h *procHandle
 	owner, cached := r.cache.get(inode)
 	if cached {
-		h, ok := r.proc.fdHolds(owner, inode)
-		if ok {
-			r.proc.t.release(h, false)
-		} else {
+		if h, cached = r.proc.fdHolds(owner, inode); !cached {
 			r.cache.forget(inode)
-			cached = false
 		}
 	}
 	read := r.pids
@@ -323,7 +304,8 @@ func (r *Netlink) holders(inode uint32) (fdRef, []int, error) {
 	}
 	pids, err := read()
 	if err != nil {
-		return fdRef{}, nil, fmt.Errorf("candidate pids: %w", err)
+		r.proc.t.release(h, false)
+		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
 	}
 	slices.SortFunc(pids, func(a, b int) int { return b - a })
 	seen := map[uint32]fdRef{}
@@ -333,25 +315,37 @@ func (r *Netlink) holders(inode uint32) (fdRef, []int, error) {
 		if cached && pid == owner.pid {
 			continue
 		}
-		fd, h, err := r.proc.scanFds(pid, inode, note)
+		fd, held, err := r.proc.scanFds(pid, inode, note)
 		if err != nil || fd < 0 {
 			continue // gone, or not a holder
 		}
-		r.proc.t.release(h, false)
-		if !cached {
-			owner, cached = fdRef{pid: pid, fd: fd}, true
-			note(inode, owner)
+		if cached {
+			r.proc.t.release(held, false)
+			others = append(others, pid)
 			continue
 		}
-		others = append(others, pid)
+		owner = fdRef{pid: pid, fd: fd}
+		if h, cached = r.holding(owner, held, inode); cached {
+			note(inode, owner)
+		}
 	}
 	if len(seen) > 0 {
 		r.cache.put(seen)
 	}
 	if !cached {
-		return fdRef{}, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 	}
-	return owner, others, nil
+	return owner, h, others, nil
+}
+
+// holding returns the handle through which ref's holding of inode is
+// known: the one the scan read through, or, for a scan by path, ref's
+// process held now with its fd read again through the handle.
+func (r *Netlink) holding(ref fdRef, scanned *procHandle, inode uint32) (*procHandle, bool) {
+	if scanned != nil {
+		return scanned, true
+	}
+	return r.proc.fdHolds(ref, inode)
 }
 
 // owner finds the fd holding the socket: a validated cache hit, else a scan
@@ -378,10 +372,8 @@ func (r *Netlink) owner(inode uint32) (fdRef, *procHandle, error) {
 			clear(seen)
 		}
 		ref := fdRef{pid: pid, fd: fd}
-		if found && h == nil {
-			// Scanned by path: hold the process now and check through the
-			// handle that it is the one that holds the socket.
-			if h, found = r.proc.fdHolds(ref, inode); !found {
+		if found {
+			if h, found = r.holding(ref, h, inode); !found {
 				r.cache.forget(inode)
 			}
 		}

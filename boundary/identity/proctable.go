@@ -18,7 +18,8 @@ const maxHandles = 256
 // (read again with pread). Once the process is gone both only fail (ESRCH
 // or ENOENT), even after its pid number is reused, so a held handle can
 // never describe another process. An exec keeps the handle and changes
-// what "exe" reads; that is why exe is read on every use, never cached.
+// what "exe" reads: what was read is kept only while process events vouch
+// for it (see procTable.exe).
 type procHandle struct {
 	pid  int
 	dir  int // O_PATH fd of /proc/PID

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 
 	"github.com/miekg/dns"
+
+	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 )
 
 // Exchanger is a DNS upstream (a forwarder or a static hosts file).
@@ -18,17 +20,11 @@ type Exchanger interface {
 // (with --hosts, both are offline).
 type UpstreamResolver struct{ Up Exchanger }
 
-// memoryLookup is an upstream that answers from memory (a hosts file): the
-// addresses of a normalised name, and whether it is listed.
-type memoryLookup interface {
-	Lookup(name string) ([]netip.Addr, bool)
-}
-
 // LookupNetIP implements Resolver: A then AAAA records of host. An upstream
 // that answers from memory is asked directly, the same addresses in the
 // same order, without building DNS messages.
 func (r UpstreamResolver) LookupNetIP(ctx context.Context, _ string, host string) ([]netip.Addr, error) {
-	if m, ok := r.Up.(memoryLookup); ok {
+	if m, ok := r.Up.(dnsproxy.LocalUpstream); ok {
 		return lookupMemory(m, host)
 	}
 	var out []netip.Addr
@@ -65,7 +61,7 @@ func (r UpstreamResolver) LookupNetIP(ctx context.Context, _ string, host string
 	return out, nil
 }
 
-func lookupMemory(m memoryLookup, host string) ([]netip.Addr, error) {
+func lookupMemory(m dnsproxy.LocalUpstream, host string) ([]netip.Addr, error) {
 	addrs, _ := m.Lookup(host)
 	out := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs { // A records first, then AAAA, as the upstream answers them
