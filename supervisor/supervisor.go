@@ -290,12 +290,15 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithInjector(faults))
+	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithTrusted(sb.InitPid()), identity.WithInjector(faults))
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}
 	if err := id.ProcEvents(); err != nil {
 		log.Info().Err(err).Msg("identity: every lookup reads the processes it needs")
+	}
+	if err := id.QuietProcesses(); err != nil {
+		log.Info().Err(err).Msg("identity: every connection reads every process of the sandbox")
 	}
 	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
 	if err != nil {

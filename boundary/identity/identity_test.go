@@ -420,25 +420,7 @@ func TestStopAtEndsTheWalk(t *testing.T) {
 // processes; with a bounded candidate set every holder is reported (the
 // newest found first), each with its own binary.
 func TestSharedSocketHolders(t *testing.T) {
-	sleep := lookPath(t, "sleep")
-	ln := listen(t, "tcp4", "127.0.0.1:0")
-	client, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := accept(t, ln)
-	f, err := client.(*net.TCPConn).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := exec.Command(sleep, "30")
-	child.ExtraFiles = []*os.File{f}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	server, child, sleep := sharedWithChild(t)
 	pids := func() ([]int, error) { return []int{os.Getpid(), child.Process.Pid}, nil }
 	id := resolve(t, newResolver(t, WithPids(pids)), server)
 	if len(id.Holders) != 2 || id.Holders[0].Pid != id.Pid || id.Holders[0].Exe != id.Exe {
@@ -461,4 +443,56 @@ func TestSharedSocketHolders(t *testing.T) {
 	if one := resolve(t, newResolver(t, WithPids(pids)), server); one.Holders != nil || one.Pid != os.Getpid() {
 		t.Fatalf("after the child exited: %+v", one)
 	}
+}
+
+// TestTrustedNeverScanned: the trusted process (a sandbox's init) is not
+// read for holders. A socket the trusted process and a child share names
+// only the child; a socket only the trusted process holds has no owner
+// (denied), so trusting a process never lends it a workload's permission.
+func TestTrustedNeverScanned(t *testing.T) {
+	server, child, sleep := sharedWithChild(t)
+	pids := func() ([]int, error) { return []int{os.Getpid(), child.Process.Pid}, nil }
+	id := resolve(t, newResolver(t, WithPids(pids), WithTrusted(os.Getpid())), server)
+	if id.Pid != child.Process.Pid || id.Exe != sleep || id.Holders != nil {
+		t.Fatalf("with this process trusted: %+v, want only the child %d (%s)", id, child.Process.Pid, sleep)
+	}
+	// Only the trusted process holds it now: no owner.
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	local, remote := ends(server)
+	r := newResolver(t, WithPids(pids), WithTrusted(os.Getpid()))
+	if got, err := r.Resolve(context.Background(), local, remote); !errors.Is(err, ErrNoOwner) {
+		t.Fatalf("socket held by the trusted process only: %+v, %v; want ErrNoOwner", got, err)
+	}
+	// Not trusted, the same resolver setup names this process.
+	if id := resolve(t, newResolver(t, WithPids(pids)), server); id.Pid != os.Getpid() {
+		t.Fatalf("untrusted: %+v", id)
+	}
+}
+
+// sharedWithChild connects this process to a listener and gives the
+// client socket to a sleeping child as well. It returns the accepted end,
+// the child and its binary.
+func sharedWithChild(t *testing.T) (net.Conn, *exec.Cmd, string) {
+	t.Helper()
+	sleep := lookPath(t, "sleep")
+	ln := listen(t, "tcp4", "127.0.0.1:0")
+	client, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server := accept(t, ln)
+	f, err := client.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(sleep, "30")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	return server, child, sleep
 }

@@ -27,6 +27,7 @@ type config struct {
 	pids     func() ([]int, error)
 	procRoot string
 	stopAt   int
+	trusted  int
 	inj      fault.Injector
 	bounded  bool
 	noEvents bool
@@ -49,6 +50,14 @@ func WithPids(f func() ([]int, error)) Option {
 // WithStopAt ends every ancestor walk below pid (a sandbox's init): the
 // ancestors are the sandbox's processes, never the host's above it.
 func WithStopAt(pid int) Option { return func(c *config) { c.stopAt = pid } }
+
+// WithTrusted names a process of ours that can never hold a descriptor the
+// workload made (a sandbox's init: the workload is its child, it inherits
+// nothing from it, and the only descriptors it receives come from the
+// supervisor over a socket the workload cannot reach). Holder scans skip
+// it, so a connection's cost does not grow with init's descriptors. A
+// socket only it held would have no owner: denied, as any unowned one.
+func WithTrusted(pid int) Option { return func(c *config) { c.trusted = pid } }
 
 // WithProcRoot reads processes under root instead of /proc: a sandbox's own
 // proc mount (nsrun.Sandbox.ProcRoot), which lists only the sandbox's
@@ -78,6 +87,12 @@ type Netlink struct {
 	// cands keeps a bounded candidate list while process events vouch for
 	// it (nil without events or without bounded candidates).
 	cands *candidateCache
+	// trusted is never scanned for holders (WithTrusted; 0: none).
+	trusted int
+	// quiet: holder scans skip processes that have not run since their
+	// descriptors were read (quiet.go); quietErr says why not.
+	quiet    bool
+	quietErr error
 	// bounded: the candidates are a sandbox's processes (WithPids or
 	// WithProcRoot), all scanned for holders. Otherwise every process of
 	// the host is a candidate: recent owners are scanned before listing
@@ -106,7 +121,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded}
+	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted}
 	// Process events number processes as the initial pid namespace does:
 	// usable with the host's /proc only. Without them (no CAP_NET_ADMIN, a
 	// container), every lookup reads what it needs; nothing else changes.
@@ -123,6 +138,15 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	}
 	if r.bounded && r.proc.t.events != nil {
 		r.cands = &candidateCache{}
+	}
+	switch {
+	case !r.bounded:
+		r.quietErr = errors.New("identity: quiet processes: only for a sandbox's candidates (the host's keep one owner)")
+	case r.proc.t.events == nil:
+		r.quietErr = fmt.Errorf("identity: quiet processes need process events (forks end a snapshot): %w", r.eventsErr)
+	default:
+		r.quietErr = runsCounted()
+		r.quiet = r.quietErr == nil
 	}
 	return r, nil
 }
@@ -179,6 +203,11 @@ func (c *candidateCache) list(read func() ([]int, error)) ([]int, error) {
 // lookup reads only what changed; otherwise why not (every lookup then
 // reads each process it needs).
 func (r *Netlink) ProcEvents() error { return r.eventsErr }
+
+// QuietProcesses returns nil when holder scans skip the sandbox processes
+// that have not run since their descriptors were read; otherwise why not
+// (every holder scan then reads every process).
+func (r *Netlink) QuietProcesses() error { return r.quietErr }
 
 // Close releases the sock_diag socket, the process events socket and the
 // held process handles.
@@ -289,7 +318,9 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 // owner is the first holder in the scan order (recent owners first, then
 // newest first), or the cached holder when the cache names one that still
 // holds it; its holding is read through the returned handle (acquired: the
-// caller releases it), as owner does.
+// caller releases it), as owner does. The trusted process (WithTrusted) is
+// not read, nor is a quiet one (quiet.go) whose descriptors, read when it
+// was last off every CPU, held no such socket.
 func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 	var h *procHandle
 	owner, cached := r.cache.get(inode)
@@ -312,10 +343,21 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
 	var others []int
 	for _, pid := range r.cache.order(pids) {
-		if cached && pid == owner.pid {
+		if (cached && pid == owner.pid) || (pid == r.trusted && pid != 0) {
 			continue
 		}
-		fd, held, err := r.proc.scanFds(pid, inode, note)
+		if r.quiet && r.proc.t.quietWithout(pid, inode) {
+			continue // off every CPU since its descriptors were read, and no such socket among them
+		}
+		var (
+			fd   int
+			held *procHandle
+		)
+		if r.quiet {
+			fd, held, err = r.proc.scanQuiet(pid, inode, note, pids)
+		} else {
+			fd, held, err = r.proc.scanFds(pid, inode, note)
+		}
 		if err != nil || fd < 0 {
 			continue // gone, or not a holder
 		}

@@ -220,8 +220,13 @@ func (e *procEvents) sync(t *procTable, w eventWatcher) {
 			if w != nil {
 				w.exited(int(tgid))
 			}
-		case what == procEventFork && w != nil:
-			if parent, child, childTgid, ok := parseFork(e.buf[:n]); ok && child == childTgid { // a process, not a thread
+		case what == procEventFork:
+			parent, child, childTgid, ok := parseFork(e.buf[:n])
+			if !ok {
+				continue
+			}
+			t.forked(int(parent))               // a child may share its descriptor table
+			if w != nil && child == childTgid { // a process, not a thread
 				w.forked(int(parent), int(child))
 			}
 		}

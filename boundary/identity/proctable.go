@@ -9,7 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxHandles bounds the processes the table holds open (two fds each).
+// maxHandles bounds the processes the table holds open (two fds each, a
+// third for a sandbox's quiet processes).
 const maxHandles = 256
 
 // procHandle is one process held open by two fds bound to the process
@@ -45,6 +46,13 @@ type procHandle struct {
 	// every fd is still read before a scan says "not found").
 	fdMu    sync.Mutex
 	nonSock map[int]bool
+	// Quiet processes (quiet.go), guarded by fdMu: the schedstat fd
+	// (opened when first needed; -1 before), the last snapshot, whether
+	// no other process shares the table, and the forks seen, which end it.
+	sched    int
+	quiet    *quietSnap
+	unshared bool
+	forks    uint64
 }
 
 // wasNonSocket reports whether fd held no socket at the last scan.
@@ -111,7 +119,7 @@ func (t *procTable) acquire(pid int) (*procHandle, error) {
 		_ = unix.Close(dir)
 		return nil, err
 	}
-	h := &procHandle{pid: pid, dir: dir, stat: stat, refs: 1}
+	h := &procHandle{pid: pid, dir: dir, stat: stat, sched: -1, refs: 1}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old, ok := t.m[pid]; ok { // opened meanwhile by another lookup
@@ -216,6 +224,9 @@ func (t *procTable) forgetAll() {
 func (h *procHandle) invalidate() {
 	h.epoch++
 	h.hasExe, h.hasPpid, h.exeC, h.exeErr, h.ppidC = false, false, "", nil, 0
+	h.fdMu.Lock()
+	h.quiet = nil
+	h.fdMu.Unlock()
 }
 
 // exe returns h's exe, from what events vouch for or read now. A live
@@ -285,6 +296,10 @@ func (h *procHandle) close() {
 		_ = unix.Close(h.dir)
 		_ = unix.Close(h.stat)
 		h.dir, h.stat = -1, -1
+	}
+	if h.sched >= 0 {
+		_ = unix.Close(h.sched)
+		h.sched = -1
 	}
 }
 

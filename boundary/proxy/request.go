@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -40,6 +42,8 @@ type Request struct {
 	Kind Kind
 	Host string // lower-case, no trailing dot, no brackets
 	Port int
+	// HTTP is the request as net/http parsed it: always for KindForward;
+	// nil for a CONNECT of the common shape (readConnectFast).
 	HTTP *http.Request
 	// Reader holds the client's bytes read past the header (a CONNECT
 	// client may send its TLS hello early); the tunnel drains it first.
@@ -87,7 +91,147 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // deadline on conn beforehand. Malformed input yields *BadRequestError.
 func ReadRequest(conn net.Conn) (*Request, error) {
 	lr := &limitedReader{r: conn, n: MaxHeaderBytes, limited: true}
-	br := bufio.NewReaderSize(lr, 4096)
+	// 1 KiB holds a common header whole; longer lines still parse (net/http
+	// reads a line in pieces), and a forwarded body bypasses the buffer.
+	br := bufio.NewReaderSize(lr, 1024)
+	if req := readConnectFast(br, lr); req != nil {
+		return req, nil
+	}
+	return readRequest(br, lr)
+}
+
+// readConnectFast parses a CONNECT request whose whole header came in the
+// first read and has the plainest shape (connectHeader): the common case,
+// without net/http's allocations. It returns nil for anything else,
+// leaving every byte to readRequest, which decides (its errors are the
+// only ones). TestConnectFastAgrees checks that what it accepts,
+// net/http accepts the same way.
+func readConnectFast(br *bufio.Reader, lr *limitedReader) *Request {
+	if _, err := br.Peek(1); err != nil {
+		return nil // kept by br: readRequest reports it
+	}
+	b, _ := br.Peek(br.Buffered())
+	n, target, ok := connectHeader(b)
+	if !ok {
+		return nil
+	}
+	host, port, err := splitHostPort(target, 0)
+	if err != nil {
+		return nil
+	}
+	_, _ = br.Discard(n)
+	lr.limited = false
+	return &Request{Kind: KindConnect, Host: host, Port: port, Reader: br, limit: lr}
+}
+
+// connectHeader returns the length of a complete CONNECT header at the
+// start of b and its target, when it is of a shape net/http's ReadRequest
+// certainly accepts with the same meaning: "CONNECT target HTTP/1.x" with
+// a target of host characters, CRLF line ends, and header lines of token
+// names and printable values, with at most one Host and no body headers
+// (Content-Length, Transfer-Encoding). Anything else is not ok.
+func connectHeader(b []byte) (n int, target string, ok bool) {
+	const method = "CONNECT "
+	if len(b) < len(method) || string(b[:len(method)]) != method {
+		return 0, "", false
+	}
+	line, rest, ok := cutCRLF(b[len(method):])
+	if !ok {
+		return 0, "", false
+	}
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 {
+		return 0, "", false
+	}
+	t, proto := line[:sp], line[sp+1:]
+	if p := string(proto); p != "HTTP/1.1" && p != "HTTP/1.0" {
+		return 0, "", false
+	}
+	if !plainTarget(t) {
+		return 0, "", false
+	}
+	hosts := 0
+	for {
+		var h []byte
+		if h, rest, ok = cutCRLF(rest); !ok {
+			return 0, "", false
+		}
+		if len(h) == 0 {
+			return len(b) - len(rest), string(t), true
+		}
+		colon := bytes.IndexByte(h, ':')
+		if colon <= 0 {
+			return 0, "", false
+		}
+		name := h[:colon]
+		for _, c := range name {
+			if !isTokenByte(c) {
+				return 0, "", false
+			}
+		}
+		for _, c := range h[colon+1:] {
+			if (c < ' ' || c > '~') && c != '\t' {
+				return 0, "", false
+			}
+		}
+		switch {
+		case bytes.EqualFold(name, []byte("Host")):
+			if hosts++; hosts > 1 {
+				return 0, "", false
+			}
+		case bytes.EqualFold(name, []byte("Content-Length")), bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			return 0, "", false
+		}
+	}
+}
+
+// cutCRLF splits b at its first CRLF; a lone CR or LF before it is not ok.
+func cutCRLF(b []byte) (line, rest []byte, ok bool) {
+	for i, c := range b {
+		switch c {
+		case '\n':
+			return nil, nil, false
+		case '\r':
+			if i+1 < len(b) && b[i+1] == '\n' {
+				return b[:i], b[i+2:], true
+			}
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
+}
+
+// plainTarget: host:port of letters, digits and . - _ :, or [v6]:port
+// with an IPv6 address between the brackets (net/http checks it).
+func plainTarget(t []byte) bool {
+	if len(t) > 0 && t[0] == '[' {
+		end := bytes.IndexByte(t, ']')
+		if end < 0 {
+			return false
+		}
+		a, err := netip.ParseAddr(string(t[1:end]))
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return false
+		}
+		t = t[end+1:]
+	}
+	for _, c := range t {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '.' || c == '-' || c == '_' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+// isTokenByte: RFC 9110's tchar.
+func isTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// readRequest parses any request with net/http.
+func readRequest(br *bufio.Reader, lr *limitedReader) (*Request, error) {
 	hr, err := http.ReadRequest(br)
 	if err != nil {
 		var ne net.Error

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -241,7 +242,10 @@ func loadPolicy(engine *policy.Engine, file string, log zerolog.Logger) error {
 func listen(cfg *boundary.Config, proxyAddr, dnsAddr string) ([]func() error, error) {
 	var closers []func() error
 	if proxyAddr != "" {
-		ln, err := net.Listen("tcp", proxyAddr)
+		// No keep-alive on clients' connections: a client is a process of
+		// this machine, whose exit the kernel reports at once; probes
+		// would only cost 4 setsockopt calls per connection.
+		ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", proxyAddr)
 		if err != nil {
 			return closers, fmt.Errorf("proxy listen %s: %w", proxyAddr, err)
 		}

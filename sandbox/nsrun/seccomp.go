@@ -26,6 +26,7 @@ import (
 // behind a pointer, so libc falls back to clone), setns; the mount family
 // (mount, umount2, pivot_root, open_tree, move_mount, fsopen, fsconfig,
 // fsmount, fspick, mount_setattr); bpf, perf_event_open, userfaultfd;
+// seccomp with SECCOMP_FILTER_FLAG_NEW_LISTENER (a listener's ADDFD);
 // kexec_*, module syscalls, reboot, swapon/off, acct, quotactl; personality
 // beyond Docker's safe values; sockets of the families AF_PACKET,
 // AF_NETLINK, AF_VSOCK, AF_BLUETOOTH, and raw sockets of any family.
@@ -155,6 +156,15 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 				a.jeqOr(v, allow)
 			}
 			a.jmp(deny)
+		},
+		// A filter may be stacked, but not with a listener: a listener's
+		// ADDFD puts descriptors into a process that is not running, and
+		// the boundary's holder scans skip processes that have not run
+		// (boundary/identity, quiet.go).
+		"seccomp": func() {
+			arg(1)
+			a.jsetOr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, deny)
+			a.jmp(allow)
 		},
 		"clone3": func() { a.jmp(enosys) },
 	}

@@ -71,6 +71,8 @@ func seccompProbes() []struct {
 		{"init_module", unix.EPERM, sys6(unix.SYS_INIT_MODULE, 0, 0, 0)},
 		{"delete_module", unix.EPERM, sys6(unix.SYS_DELETE_MODULE, 0, 0)},
 		{"reboot", unix.EPERM, sys6(unix.SYS_REBOOT, 0, 0, 0, 0)},
+		{"seccomp(SET_MODE_FILTER, NEW_LISTENER)", unix.EPERM, sys6(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, 0)},
+		{"seccomp(SET_MODE_FILTER, NULL program)", unix.EFAULT, sys6(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, 0)},
 		{"personality(query)", 0, sys6(unix.SYS_PERSONALITY, 0xffffffff)},
 		{"personality(READ_IMPLIES_EXEC)", unix.EPERM, sys6(unix.SYS_PERSONALITY, 0x0400000)},
 	}
