@@ -289,6 +289,8 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 		return Identity{}, err
 	}
 	defer r.proc.t.release(h, false)
+	r.proc.t.resolved.mark(d.inode)
+	h.remember(ref.fd, d.inode, true, r.proc.t.resolved.now())
 	// The holding was read through h: what is read next through it is
 	// about the same process, even if its pid has been reused since.
 	exe, err := r.proc.t.exe(h)
@@ -339,6 +341,16 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
 	}
 	slices.SortFunc(pids, func(a, b int) int { return b - a })
+	if !cached {
+		for _, pid := range r.cache.recent() {
+			if fd, held := r.proc.guess(pid, inode); held != nil && slices.Contains(pids, pid) {
+				owner, h, cached = fdRef{pid: pid, fd: fd}, held, true
+				break
+			} else if held != nil {
+				r.proc.t.release(held, false) // no longer a candidate
+			}
+		}
+	}
 	seen := map[uint32]fdRef{}
 	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
 	var others []int
@@ -423,7 +435,13 @@ func (r *Netlink) owner(inode uint32) (fdRef, *procHandle, error) {
 	}
 	// Recent owners first, before listing every process: a client that
 	// opened one connection usually opens the next (a busy agent, a load
-	// generator).
+	// generator). First the few fds where its new socket most likely is
+	// (guess.go), then all of its fds.
+	for _, pid := range r.cache.recent() {
+		if fd, h := r.proc.guess(pid, inode); h != nil {
+			return fdRef{pid: pid, fd: fd}, h, nil
+		}
+	}
 	var tried []int
 	for _, pid := range r.cache.recent() {
 		if ref, h, ok := scan(pid); ok {

@@ -149,7 +149,7 @@ func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRe
 			return -1, nil, err
 		}
 	}
-	fd, err := scanDir(dfd, pid, target, seen, h)
+	fd, err := scanDir(dfd, pid, target, seen, h, &p.t.resolved)
 	_ = unix.Close(dfd)
 	if h != nil && (err != nil || fd < 0) {
 		p.t.release(h, false)
@@ -159,38 +159,20 @@ func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRe
 }
 
 // scanDir reads the fd links under dfd until target. With a handle, the
-// fds that held no socket at its last scan (stdio, pipes, the event poll:
-// they seldom change) are read last, and what this scan learns is kept.
-func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h *procHandle) (int, error) {
-	dirents := make([]byte, 8192)
+// fds are read in the order most likely to find a new socket first
+// (fdClass: fds it has not seen, then those whose socket was resolved the
+// longest ago, then those whose socket waits for its lookup, then
+// non-sockets), and what this scan reads is kept. Once target is found,
+// the fds that may hold a socket not seen yet (the first two classes) are
+// still read: they are most often connections about to be looked up,
+// which then find their owner in the cache (passed to seen).
+func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h *procHandle, resolved *resolvedSet) (int, error) {
 	var (
-		link          [64]byte
-		later         []int // known non-sockets, read after the rest
-		nonSock, sock []int // learned by this scan
+		dirents [8192]byte
+		fds     []int
 	)
-	if h != nil {
-		defer func() { h.learn(nonSock, sock) }()
-	}
-	read := func(fd int) (found bool) {
-		var num [12]byte
-		m, err := unix.Readlinkat(dfd, string(strconv.AppendInt(num[:0], int64(fd), 10)), link[:])
-		if err != nil {
-			return false // closed meanwhile
-		}
-		inode, ok := socketInode(link[:m])
-		if !ok {
-			nonSock = append(nonSock, fd)
-			return false
-		}
-		sock = append(sock, fd)
-		if inode == target {
-			return true
-		}
-		seen(inode, fdRef{pid: pid, fd: fd})
-		return false
-	}
 	for {
-		n, err := unix.ReadDirent(dfd, dirents)
+		n, err := unix.ReadDirent(dfd, dirents[:])
 		if err != nil {
 			return -1, err
 		}
@@ -207,25 +189,48 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h 
 				name = name[:i]
 			}
 			b = b[reclen:]
-			fd, ok := atoiBytes(name)
-			if !ok {
-				continue // "." and ".."
-			}
-			if h != nil && h.wasNonSocket(fd) {
-				later = append(later, fd)
-				continue
-			}
-			if read(fd) {
-				return fd, nil
+			if fd, ok := atoiBytes(name); ok { // not "." or ".."
+				fds = append(fds, fd)
 			}
 		}
 	}
-	for _, fd := range later {
-		if read(fd) {
-			return fd, nil
+	var (
+		learned []fdLink
+		unknown = len(fds) // fds that may hold a socket not seen yet (without a handle: all)
+	)
+	if h != nil {
+		keys := h.keys(fds, resolved)
+		unknown = 0
+		for i, k := range keys {
+			fds[i] = k.fd
+			if k.class == fdUnknown || k.class == fdResolved {
+				unknown++
+			}
+		}
+		defer func() { h.learn(fds, learned, resolved.now()) }()
+	}
+	found := -1
+	var link [64]byte
+	for i, fd := range fds {
+		if found >= 0 && i >= unknown {
+			break // the rest were read before
+		}
+		var num [12]byte
+		m, err := unix.Readlinkat(dfd, string(strconv.AppendInt(num[:0], int64(fd), 10)), link[:])
+		if err != nil {
+			continue // closed meanwhile
+		}
+		inode, ok := socketInode(link[:m])
+		learned = append(learned, fdLink{fd: fd, inode: inode})
+		switch {
+		case !ok:
+		case inode == target:
+			found = fd
+		default:
+			seen(inode, fdRef{pid: pid, fd: fd})
 		}
 	}
-	return -1, nil
+	return found, nil
 }
 
 // atoiBytes parses a non-negative decimal fd number.

@@ -41,11 +41,12 @@ type procHandle struct {
 	hasExe  bool
 	hasPpid bool
 
-	// What the last scan through the handle found of each fd: the fds
-	// that held no socket are read last next time (an ordering only:
-	// every fd is still read before a scan says "not found").
-	fdMu    sync.Mutex
-	nonSock map[int]bool
+	// What the last reads through the handle found at each fd: a
+	// socket's inode, or 0 for anything else (stdio, pipes, the event
+	// poll: they seldom change). It orders scans and guesses (guess.go);
+	// every fd is still read before a scan says "not found".
+	fdMu sync.Mutex
+	fds  map[int]fdMemo
 	// Quiet processes (quiet.go), guarded by fdMu: the schedstat fd
 	// (opened when first needed; -1 before), the last snapshot, whether
 	// no other process shares the table, and the forks seen, which end it.
@@ -55,28 +56,62 @@ type procHandle struct {
 	forks    uint64
 }
 
-// wasNonSocket reports whether fd held no socket at the last scan.
+// wasNonSocket reports whether fd held no socket when last read.
 func (h *procHandle) wasNonSocket(fd int) bool {
 	h.fdMu.Lock()
 	defer h.fdMu.Unlock()
-	return h.nonSock[fd]
+	m, ok := h.fds[fd]
+	return ok && m.inode == 0
 }
 
-// learn records what a scan found: fds without a socket and fds with one.
-func (h *procHandle) learn(nonSock, sock []int) {
+// fdMemo is what an fd held when last read, and when (resolvedSet.now).
+type fdMemo struct {
+	inode   uint32
+	checked uint64
+}
+
+// fdLink is what one fd's link read: a socket's inode, or 0.
+type fdLink struct {
+	fd    int
+	inode uint32
+}
+
+// learn records what a scan read (read) of the fds it listed (listed) at
+// now: fds no longer listed are forgotten.
+func (h *procHandle) learn(listed []int, read []fdLink, now uint64) {
 	h.fdMu.Lock()
 	defer h.fdMu.Unlock()
-	if h.nonSock == nil {
-		h.nonSock = map[int]bool{}
+	if h.fds == nil || len(h.fds) > 4096 { // a process with that many files: start over
+		h.fds = map[int]fdMemo{}
 	}
-	for _, fd := range nonSock {
-		h.nonSock[fd] = true
+	if len(h.fds) > 0 {
+		open := make(map[int]bool, len(listed))
+		for _, fd := range listed {
+			open[fd] = true
+		}
+		for fd := range h.fds {
+			if !open[fd] {
+				delete(h.fds, fd)
+			}
+		}
 	}
-	for _, fd := range sock {
-		delete(h.nonSock, fd)
+	for _, l := range read {
+		h.fds[l.fd] = fdMemo{inode: l.inode, checked: now}
 	}
-	if len(h.nonSock) > 4096 { // a process with that many files: start over
-		clear(h.nonSock)
+}
+
+// remember records what fd held when read at now (open false: it was
+// closed).
+func (h *procHandle) remember(fd int, inode uint32, open bool, now uint64) {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	switch {
+	case !open:
+		delete(h.fds, fd)
+	case h.fds == nil:
+		h.fds = map[int]fdMemo{fd: {inode: inode, checked: now}}
+	default:
+		h.fds[fd] = fdMemo{inode: inode, checked: now}
 	}
 }
 
@@ -92,6 +127,8 @@ type procTable struct {
 	mu     sync.Mutex
 	m      map[int]*procHandle
 	tick   uint64
+	// resolved orders the sockets resolved (guess.go).
+	resolved resolvedSet
 }
 
 func newProcTable(root string) *procTable {

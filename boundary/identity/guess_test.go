@@ -1,0 +1,90 @@
+package identity
+
+import (
+	"net"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdOf returns the fd number of a TCP connection of this process.
+func fdOf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// TestGuessReusedFd: a client's new socket at the fd of a connection it
+// finished is found by the guess, through the held handle; a guess never
+// names an fd that does not hold the socket asked for.
+func TestGuessReusedFd(t *testing.T) {
+	ln := listen(t, "tcp4", "127.0.0.1:0")
+	r := newResolver(t)
+	client1, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSelf(t, resolve(t, r, accept(t, ln)))
+	f1 := fdOf(t, client1)
+	_ = client1.Close()
+	client2, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client2.Close()
+	server2 := accept(t, ln)
+	if f2 := fdOf(t, client2); f2 != f1 { // another fd was free first: put the socket at f1 too
+		if err := unix.Dup3(f2, f1, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(f1)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(f1, &st); err != nil {
+		t.Fatal(err)
+	}
+	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino)); fd != f1 || h == nil {
+		t.Fatalf("guess for the socket at fd %d: fd %d", f1, fd)
+	} else {
+		r.proc.t.release(h, false)
+	}
+	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino)+1); fd != -1 || h != nil {
+		t.Fatalf("guess for a socket nobody holds: fd %d", fd)
+	}
+	checkSelf(t, resolve(t, r, server2))
+}
+
+// TestScanOrder: unknown fds first, then resolved sockets (the one
+// resolved or read the longest ago first), then sockets waiting for their
+// lookup, then non-sockets.
+func TestScanOrder(t *testing.T) {
+	var s resolvedSet
+	h := &procHandle{fds: map[int]fdMemo{}}
+	s.mark(100)                                     // socket at fd 5, resolved first
+	h.fds[5] = fdMemo{inode: 100, checked: s.now()} // read right after
+	s.mark(200)                                     // socket at fd 3
+	h.fds[3] = fdMemo{inode: 200, checked: s.now()} //
+	h.fds[4] = fdMemo{inode: 300, checked: s.now()} // a socket not resolved yet
+	h.fds[0] = fdMemo{inode: 0, checked: s.now()}   // not a socket
+	h.fds[5] = fdMemo{inode: 100, checked: s.now()} // fd 5 read again: still live, so after fd 3
+	var got []int
+	for _, k := range h.keys([]int{0, 3, 4, 5, 9}, &s) {
+		got = append(got, k.fd)
+	}
+	if want := []int{9, 3, 5, 4, 0}; !slices.Equal(got, want) {
+		t.Fatalf("scan order %v, want %v", got, want)
+	}
+	if g := h.guesses(&s, 1); !slices.Equal(g, []int{3}) {
+		t.Fatalf("guesses %v, want [3]", g)
+	}
+}
