@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -47,6 +48,11 @@ type procEvents struct {
 	fd     int
 	buf    []byte
 	broken bool // the socket failed: nothing is vouched for any more
+	// drains counts the drains begun (guarded by mu; read without it by a
+	// lookup as it starts): a drain begun after a lookup started has
+	// applied every event queued before it, so that lookup needs no drain
+	// of its own.
+	drains atomic.Uint64
 }
 
 // openProcEvents subscribes to process events and checks that their pids
@@ -179,10 +185,17 @@ type eventWatcher interface {
 // sync drains every queued event into t: an exec or exit of a process
 // forgets what t knew of it (and, for an exit, of its children, which are
 // reparented); a lost event forgets everything. When sync returns, every
-// event queued before it was called has been applied.
+// event queued before it was called has been applied: by this call, or by
+// a drain that began after it was called (lookups that start together
+// share one drain).
 func (e *procEvents) sync(t *procTable, w eventWatcher) {
+	begun := e.drains.Load()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.drains.Load() > begun && !e.broken {
+		return // a drain begun after this call has completed (drains hold mu)
+	}
+	e.drains.Add(1)
 	for {
 		if e.broken || e.fd < 0 {
 			t.forgetAll()
