@@ -67,7 +67,9 @@ type env struct {
 }
 
 type envOpts struct {
-	identityNone  bool
+	identityNone bool
+	// wrap, when set, wraps the netlink resolver the boundary gets.
+	wrap          func(identity.Resolver) identity.Resolver
 	headerTimeout time.Duration
 	auditFile     string
 	maxConns      int
@@ -125,6 +127,9 @@ network_policies:
 		}
 		t.Cleanup(func() { _ = nl.Close() })
 		res = nl
+		if o.wrap != nil {
+			res = o.wrap(nl)
+		}
 	}
 	var sink audit.Sink = e.audit
 	if o.auditFile != "" {

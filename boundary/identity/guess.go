@@ -11,26 +11,31 @@ import (
 // Guessing a new socket's fd. A client that keeps opening connections (an
 // agent, a load generator) gets each new socket at its lowest free fd (the
 // kernel's rule), most often the fd of a connection it has finished: one
-// this boundary resolved a while ago. So, before listing a recent owner's
-// fds, a lookup reads the few fds whose last known socket was resolved the
-// longest ago. A hit is exact (the link is read through the held handle of
-// that very process); a miss falls back to the full scan, which reads
-// first the fds most likely to have changed.
+// this boundary resolved, whose tunnel has ended (Netlink.Ended). So,
+// before listing a recent owner's fds, a lookup reads the lowest fds whose
+// connection ended. A hit is exact (the link is read through the held
+// handle of that very process); a miss falls back to the full scan, which
+// reads first the fds most likely to have changed.
 
 // maxGuesses bounds the fds read before listing a recent owner's fds.
-const maxGuesses = 1
+const maxGuesses = 2
 
 // resolvedMemory bounds the resolved sockets remembered (their order only).
 const resolvedMemory = 4096
 
-// resolvedSet remembers the order in which sockets were resolved.
+// resolvedSet remembers the order in which sockets were resolved, and
+// which of their connections have ended (Netlink.Ended).
 type resolvedSet struct {
 	mu   sync.Mutex
 	seq  uint64
-	m    map[uint32]uint64
+	m    map[uint32]resolvedAt
 	ring [resolvedMemory]uint32
 	next int
 }
+
+// resolvedAt is when a socket was resolved and when its connection ended
+// (0: not yet), on the set's clock.
+type resolvedAt struct{ resolved, ended uint64 }
 
 // now returns the set's clock (it moves with each resolution and read).
 func (s *resolvedSet) now() uint64 {
@@ -45,7 +50,7 @@ func (s *resolvedSet) mark(inode uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[uint32]uint64{}
+		s.m = map[uint32]resolvedAt{}
 	}
 	s.seq++
 	if _, ok := s.m[inode]; !ok {
@@ -55,11 +60,22 @@ func (s *resolvedSet) mark(inode uint32) {
 		s.ring[s.next] = inode
 		s.next = (s.next + 1) % resolvedMemory
 	}
-	s.m[inode] = s.seq
+	s.m[inode] = resolvedAt{resolved: s.seq}
 }
 
-// seqs returns when each of inodes was resolved (0: not remembered).
-func (s *resolvedSet) seqs(inodes []uint32, out []uint64) {
+// end records that the connection of a resolved socket has ended.
+func (s *resolvedSet) end(inode uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.m[inode]; ok {
+		s.seq++
+		r.ended = s.seq
+		s.m[inode] = r
+	}
+}
+
+// lookup returns what the set knows of each of inodes.
+func (s *resolvedSet) lookup(inodes []uint32, out []resolvedAt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, ino := range inodes {
@@ -67,16 +83,17 @@ func (s *resolvedSet) seqs(inodes []uint32, out []uint64) {
 	}
 }
 
-// fdClass orders a scan: fds unknown to the handle (new since its last
-// scan) first, then those whose socket was resolved (the one resolved or
-// last read the longest ago first: its connection has most likely ended
-// and the fd been reused), then those whose socket is still waiting for
-// its lookup (its client is waiting for the answer, so the fd is
-// unchanged), then non-sockets.
+// fdClass orders a scan by how likely an fd is to hold a new socket. The
+// kernel gives a new socket the lowest free fd, so fds this boundary saw
+// freed (their connection ended) and fds it has never seen come first,
+// lowest first; then fds of connections still open (the one resolved or
+// read the longest ago first), then sockets still waiting for their
+// lookup (their client waits for the answer, so the fd is unchanged),
+// then non-sockets.
 type fdClass int
 
 const (
-	fdUnknown fdClass = iota
+	fdFree fdClass = iota // ended, or never seen
 	fdResolved
 	fdPending
 	fdNonSocket
@@ -86,7 +103,8 @@ const (
 type fdKey struct {
 	fd    int
 	class fdClass
-	seq   uint64 // when its socket was resolved (fdResolved)
+	seq   uint64 // when its socket was resolved or last read (fdResolved)
+	ended bool   // its connection ended (fdFree)
 }
 
 // keys classifies fds by what h knows of them and sorts them (fdClass).
@@ -97,7 +115,7 @@ func (h *procHandle) keys(fds []int, s *resolvedSet) []fdKey {
 	h.fdMu.Lock()
 	for i, fd := range fds {
 		m, known := h.fds[fd]
-		keys[i] = fdKey{fd: fd, class: fdUnknown}
+		keys[i] = fdKey{fd: fd, class: fdFree}
 		switch {
 		case known && m.inode == 0:
 			keys[i].class = fdNonSocket
@@ -107,11 +125,15 @@ func (h *procHandle) keys(fds []int, s *resolvedSet) []fdKey {
 		}
 	}
 	h.fdMu.Unlock()
-	seqs := make([]uint64, len(fds))
-	s.seqs(inodes, seqs)
+	at := make([]resolvedAt, len(fds))
+	s.lookup(inodes, at)
 	for i := range keys {
-		if keys[i].class == fdPending && seqs[i] > 0 {
-			keys[i].class, keys[i].seq = fdResolved, max(seqs[i], checked[i])
+		switch {
+		case keys[i].class != fdPending:
+		case at[i].ended > 0:
+			keys[i].class, keys[i].ended = fdFree, true
+		case at[i].resolved > 0:
+			keys[i].class, keys[i].seq = fdResolved, max(at[i].resolved, checked[i])
 		}
 	}
 	slices.SortFunc(keys, func(a, b fdKey) int {
@@ -129,8 +151,11 @@ func (h *procHandle) keys(fds []int, s *resolvedSet) []fdKey {
 	return keys
 }
 
-// guesses returns up to n fds of h whose last known socket was resolved,
-// the longest ago first.
+// guesses returns up to n fds of h where a new socket most likely is:
+// those whose connection ended, lowest first; when none has and the
+// client has one connection open, that one's fd (a client may open its
+// next connection before this boundary has seen the last one end; with
+// several open, which one is a guess not worth a read).
 func (h *procHandle) guesses(s *resolvedSet, n int) []int {
 	h.fdMu.Lock()
 	var fds []int
@@ -140,12 +165,17 @@ func (h *procHandle) guesses(s *resolvedSet, n int) []int {
 		}
 	}
 	h.fdMu.Unlock()
-	var out []int
+	var out, open []int
 	for _, k := range h.keys(fds, s) {
-		if k.class != fdResolved || len(out) == n {
-			break
+		switch {
+		case k.ended && len(out) < n:
+			out = append(out, k.fd)
+		case k.class == fdResolved:
+			open = append(open, k.fd)
 		}
-		out = append(out, k.fd)
+	}
+	if len(out) == 0 && len(open) == 1 {
+		return open
 	}
 	return out
 }

@@ -34,9 +34,11 @@ func TestGuessReusedFd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkSelf(t, resolve(t, r, accept(t, ln)))
+	id1 := resolve(t, r, accept(t, ln))
+	checkSelf(t, id1)
 	f1 := fdOf(t, client1)
 	_ = client1.Close()
+	r.Ended(id1)
 	client2, err := net.Dial("tcp4", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +66,10 @@ func TestGuessReusedFd(t *testing.T) {
 	checkSelf(t, resolve(t, r, server2))
 }
 
-// TestScanOrder: unknown fds first, then resolved sockets (the one
-// resolved or read the longest ago first), then sockets waiting for their
-// lookup, then non-sockets.
+// TestScanOrder: fds seen freed (their connection ended) and fds never
+// seen first, lowest first; then connections still open (the one resolved
+// or read the longest ago first), then sockets waiting for their lookup,
+// then non-sockets. Guesses are the freed ones, or else the one open.
 func TestScanOrder(t *testing.T) {
 	var s resolvedSet
 	h := &procHandle{fds: map[int]fdMemo{}}
@@ -74,17 +77,28 @@ func TestScanOrder(t *testing.T) {
 	h.fds[5] = fdMemo{inode: 100, checked: s.now()} // read right after
 	s.mark(200)                                     // socket at fd 3
 	h.fds[3] = fdMemo{inode: 200, checked: s.now()} //
+	s.mark(400)                                     // socket at fd 7, its connection ended
+	h.fds[7] = fdMemo{inode: 400, checked: s.now()} //
+	s.end(400)                                      //
 	h.fds[4] = fdMemo{inode: 300, checked: s.now()} // a socket not resolved yet
 	h.fds[0] = fdMemo{inode: 0, checked: s.now()}   // not a socket
-	h.fds[5] = fdMemo{inode: 100, checked: s.now()} // fd 5 read again: still live, so after fd 3
+	h.fds[5] = fdMemo{inode: 100, checked: s.now()} // fd 5 read again: still open, so after fd 3
 	var got []int
-	for _, k := range h.keys([]int{0, 3, 4, 5, 9}, &s) {
+	for _, k := range h.keys([]int{0, 3, 4, 5, 7, 9}, &s) {
 		got = append(got, k.fd)
 	}
-	if want := []int{9, 3, 5, 4, 0}; !slices.Equal(got, want) {
+	if want := []int{7, 9, 3, 5, 4, 0}; !slices.Equal(got, want) {
 		t.Fatalf("scan order %v, want %v", got, want)
 	}
-	if g := h.guesses(&s, 1); !slices.Equal(g, []int{3}) {
-		t.Fatalf("guesses %v, want [3]", g)
+	if g := h.guesses(&s, 2); !slices.Equal(g, []int{7}) {
+		t.Fatalf("guesses %v, want [7]", g)
+	}
+	delete(h.fds, 7) // no connection ended, two open: no guess
+	if g := h.guesses(&s, 2); len(g) != 0 {
+		t.Fatalf("guesses with two connections open and none ended %v, want none", g)
+	}
+	delete(h.fds, 5) // one open: its fd
+	if g := h.guesses(&s, 2); !slices.Equal(g, []int{3}) {
+		t.Fatalf("guesses with one connection open %v, want [3]", g)
 	}
 }

@@ -21,6 +21,8 @@ type Identity struct {
 	// UID is the socket's owner uid as reported by sock_diag (in the user
 	// namespace of the sock_diag socket's creator).
 	UID uint32
+	// Socket is the client socket's inode (0: not looked up).
+	Socket uint32
 	// Holders are every candidate process holding the socket, this one
 	// first, when more than one does (an inherited or passed socket); nil
 	// otherwise. Filled when the candidates are a bounded set (WithPids: a
@@ -33,6 +35,13 @@ type Holder struct {
 	Pid       int
 	Exe       string
 	Ancestors []string
+}
+
+// Ender is a Resolver that wants to hear when a connection it identified
+// has ended: the client's next socket most likely takes that one's fd, so
+// the next lookup reads it first (Netlink).
+type Ender interface {
+	Ended(id Identity)
 }
 
 // Resolver finds the Identity behind an accepted connection.

@@ -101,6 +101,7 @@ type Netlink struct {
 }
 
 var _ Resolver = (*Netlink)(nil)
+var _ Ender = (*Netlink)(nil)
 var _ Resolver = None{}
 
 // NewNetlink returns a Netlink resolver. Close it when done.
@@ -204,6 +205,14 @@ func (c *candidateCache) list(read func() ([]int, error)) ([]int, error) {
 // reads each process it needs).
 func (r *Netlink) ProcEvents() error { return r.eventsErr }
 
+// Ended implements Ender: id's connection has ended, so its client's fd
+// is likely free for the next socket (guess.go).
+func (r *Netlink) Ended(id Identity) {
+	if id.Socket != 0 {
+		r.proc.t.resolved.end(id.Socket)
+	}
+}
+
 // QuietProcesses returns nil when holder scans skip the sandbox processes
 // that have not run since their descriptors were read; otherwise why not
 // (every holder scan then reads every process).
@@ -300,7 +309,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 	}
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
-	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid}
+	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}
 	for _, pid := range others {
 		exe, err := r.proc.exe(pid)
 		if err != nil {

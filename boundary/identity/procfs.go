@@ -160,12 +160,12 @@ func (p procFS) scanFds(pid int, target uint32, seen func(inode uint32, ref fdRe
 
 // scanDir reads the fd links under dfd until target. With a handle, the
 // fds are read in the order most likely to find a new socket first
-// (fdClass: fds it has not seen, then those whose socket was resolved the
-// longest ago, then those whose socket waits for its lookup, then
-// non-sockets), and what this scan reads is kept. Once target is found,
-// the fds that may hold a socket not seen yet (the first two classes) are
-// still read: they are most often connections about to be looked up,
-// which then find their owner in the cache (passed to seen).
+// (fdClass: fds it has not seen or saw freed, lowest first, then those of
+// connections still open, then those whose socket waits for its lookup,
+// then non-sockets), and what this scan reads is kept. Once target is found,
+// the fds that may hold a socket not seen yet (fdFree) are still read:
+// they are most often connections about to be looked up, which then find
+// their owner in the cache (passed to seen).
 func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h *procHandle, resolved *resolvedSet) (int, error) {
 	var (
 		dirents [8192]byte
@@ -196,14 +196,14 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h 
 	}
 	var (
 		learned []fdLink
-		unknown = len(fds) // fds that may hold a socket not seen yet (without a handle: all)
+		unknown = len(fds) // fds that may hold a socket not seen yet (fdFree; without a handle: all)
 	)
 	if h != nil {
 		keys := h.keys(fds, resolved)
 		unknown = 0
 		for i, k := range keys {
 			fds[i] = k.fd
-			if k.class == fdUnknown || k.class == fdResolved {
+			if k.class == fdFree {
 				unknown++
 			}
 		}
