@@ -50,11 +50,7 @@ func BenchmarkFileRecord(b *testing.B) {
 		{"net-denied", benchNetEvent(false)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			af, err := OpenFile(filepath.Join(b.TempDir(), "audit.jsonl"), WithKeep(1))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer af.Close()
+			af := benchFile(b)
 			b.ReportAllocs()
 			for b.Loop() {
 				af.Record(bc.e)
@@ -81,11 +77,7 @@ func benchBurst() []Event {
 func BenchmarkDNSBurst(b *testing.B) {
 	burst := benchBurst()
 	b.Run("records", func(b *testing.B) {
-		af, err := OpenFile(filepath.Join(b.TempDir(), "audit.jsonl"), WithKeep(1))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer af.Close()
+		af := benchFile(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			for _, e := range burst {
@@ -94,14 +86,22 @@ func BenchmarkDNSBurst(b *testing.B) {
 		}
 	})
 	b.Run("batch", func(b *testing.B) {
-		af, err := OpenFile(filepath.Join(b.TempDir(), "audit.jsonl"), WithKeep(1))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer af.Close()
+		af := benchFile(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			af.RecordBatch(burst)
 		}
 	})
+}
+
+// benchFile opens an audit file in a temporary directory, closed when b
+// ends.
+func benchFile(b *testing.B) *File {
+	b.Helper()
+	af, err := OpenFile(filepath.Join(b.TempDir(), "audit.jsonl"), WithKeep(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { af.Close() })
+	return af
 }

@@ -15,21 +15,34 @@ func (f deciderFunc) DecideDNS(ctx context.Context, name string, qtype uint16) V
 	return f(ctx, name, qtype)
 }
 
-func BenchmarkAnswer(b *testing.B) {
-	a := &Answerer{
+// benchAnswerer allows api.example.com only, answered from a hosts file.
+func benchAnswerer(b *testing.B) *Answerer {
+	return &Answerer{
 		Decider: deciderFunc(func(_ context.Context, name string, _ uint16) Verdict {
 			return Verdict{Allow: name == "api.example.com", Policy: "bench", Version: 1}
 		}),
 		Upstream: mustHosts(b, "127.0.0.10 api.example.com\n::1 api.example.com\n"),
 	}
-	for _, bc := range []struct {
-		name  string
-		qname string
-		rcode int
-	}{
+}
+
+// benchCase is a query for benchAnswerer and the answer's rcode.
+type benchCase struct {
+	name  string
+	qname string
+	rcode int
+}
+
+// benchCases are an allowed and a refused query for benchAnswerer.
+func benchCases() []benchCase {
+	return []benchCase{
 		{"allowed-hosts", "api.example.com.", dns.RcodeSuccess},
 		{"refused", "blocked.example.org.", dns.RcodeRefused},
-	} {
+	}
+}
+
+func BenchmarkAnswer(b *testing.B) {
+	a := benchAnswerer(b)
+	for _, bc := range benchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			req := query(bc.qname, dns.TypeA)
 			req.SetEdns0(1232, false)
@@ -48,20 +61,8 @@ func BenchmarkAnswer(b *testing.B) {
 // AnswerPacket from and into bytes, as the boundary answers a UDP query
 // (the packing and unpacking BenchmarkAnswer leaves out included).
 func BenchmarkAnswerPacket(b *testing.B) {
-	a := &Answerer{
-		Decider: deciderFunc(func(_ context.Context, name string, _ uint16) Verdict {
-			return Verdict{Allow: name == "api.example.com", Policy: "bench", Version: 1}
-		}),
-		Upstream: mustHosts(b, "127.0.0.10 api.example.com\n::1 api.example.com\n"),
-	}
-	for _, bc := range []struct {
-		name  string
-		qname string
-		rcode int
-	}{
-		{"allowed-hosts", "api.example.com.", dns.RcodeSuccess},
-		{"refused", "blocked.example.org.", dns.RcodeRefused},
-	} {
+	a := benchAnswerer(b)
+	for _, bc := range benchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			req := query(bc.qname, dns.TypeA)
 			req.SetEdns0(1232, false)

@@ -20,66 +20,78 @@ import (
 // maxGuesses bounds the fds read before listing a recent owner's fds.
 const maxGuesses = 2
 
-// resolvedMemory bounds the resolved sockets remembered (their order only).
+// resolvedMemory bounds the resolved sockets remembered.
 const resolvedMemory = 4096
 
-// resolvedSet remembers the order in which sockets were resolved, and
-// which of their connections have ended (Netlink.Ended).
+// resolvedSet remembers which sockets were resolved and which of their
+// connections have ended (Netlink.Ended), and keeps the clock that stamps
+// what a handle reads of its fds (fdMemo.checked).
 type resolvedSet struct {
-	mu   sync.Mutex
-	seq  uint64
-	m    map[uint32]resolvedAt
-	ring [resolvedMemory]uint32
-	next int
+	mu    sync.Mutex
+	clock uint64
+	ended map[uint32]bool // resolved sockets: has the connection ended
+	ring  [resolvedMemory]uint32
+	next  int
 }
 
-// resolvedAt is when a socket was resolved and when its connection ended
-// (0: not yet), on the set's clock.
-type resolvedAt struct{ resolved, ended uint64 }
-
-// now returns the set's clock (it moves with each resolution and read).
+// now advances the clock and returns it.
 func (s *resolvedSet) now() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq++
-	return s.seq
+	s.clock++
+	return s.clock
 }
 
-// mark records that inode was resolved now.
-func (s *resolvedSet) mark(inode uint32) {
+// mark records that inode was resolved, and returns the clock (now).
+func (s *resolvedSet) mark(inode uint32) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[uint32]resolvedAt{}
+	if s.ended == nil {
+		s.ended = map[uint32]bool{}
 	}
-	s.seq++
-	if _, ok := s.m[inode]; !ok {
+	if _, ok := s.ended[inode]; !ok {
 		if old := s.ring[s.next]; old != 0 {
-			delete(s.m, old)
+			delete(s.ended, old)
 		}
 		s.ring[s.next] = inode
 		s.next = (s.next + 1) % resolvedMemory
 	}
-	s.m[inode] = resolvedAt{resolved: s.seq}
+	s.ended[inode] = false
+	s.clock++
+	return s.clock
 }
 
 // end records that the connection of a resolved socket has ended.
 func (s *resolvedSet) end(inode uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r, ok := s.m[inode]; ok {
-		s.seq++
-		r.ended = s.seq
-		s.m[inode] = r
+	if _, ok := s.ended[inode]; ok {
+		s.ended[inode] = true
 	}
 }
 
+// socketState is what the set knows of a socket.
+type socketState uint8
+
+const (
+	socketUnresolved socketState = iota // never resolved (or forgotten)
+	socketOpen                          // resolved, its connection open
+	socketEnded                         // resolved, its connection ended
+)
+
 // lookup returns what the set knows of each of inodes.
-func (s *resolvedSet) lookup(inodes []uint32, out []resolvedAt) {
+func (s *resolvedSet) lookup(inodes []uint32, out []socketState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, ino := range inodes {
-		out[i] = s.m[ino]
+		switch ended, ok := s.ended[ino]; {
+		case !ok:
+			out[i] = socketUnresolved
+		case ended:
+			out[i] = socketEnded
+		default:
+			out[i] = socketOpen
+		}
 	}
 }
 
@@ -103,7 +115,7 @@ const (
 type fdKey struct {
 	fd    int
 	class fdClass
-	seq   uint64 // when its socket was resolved or last read (fdResolved)
+	seq   uint64 // when it was last read (fdResolved; at least when resolved)
 	ended bool   // its connection ended (fdFree)
 }
 
@@ -125,15 +137,15 @@ func (h *procHandle) keys(fds []int, s *resolvedSet) []fdKey {
 		}
 	}
 	h.fdMu.Unlock()
-	at := make([]resolvedAt, len(fds))
-	s.lookup(inodes, at)
+	states := make([]socketState, len(fds))
+	s.lookup(inodes, states)
 	for i := range keys {
 		switch {
 		case keys[i].class != fdPending:
-		case at[i].ended > 0:
+		case states[i] == socketEnded:
 			keys[i].class, keys[i].ended = fdFree, true
-		case at[i].resolved > 0:
-			keys[i].class, keys[i].seq = fdResolved, max(at[i].resolved, checked[i])
+		case states[i] == socketOpen:
+			keys[i].class, keys[i].seq = fdResolved, checked[i]
 		}
 	}
 	slices.SortFunc(keys, func(a, b fdKey) int {

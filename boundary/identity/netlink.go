@@ -298,8 +298,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
 		return Identity{}, err
 	}
 	defer r.proc.t.release(h, false)
-	r.proc.t.resolved.mark(d.inode)
-	h.remember(ref.fd, d.inode, true, r.proc.t.resolved.now())
+	h.remember(ref.fd, d.inode, true, r.proc.t.resolved.mark(d.inode))
 	// The holding was read through h: what is read next through it is
 	// about the same process, even if its pid has been reused since.
 	exe, err := r.proc.t.exe(h)
@@ -352,11 +351,12 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 	slices.SortFunc(pids, func(a, b int) int { return b - a })
 	if !cached {
 		for _, pid := range r.cache.recent() {
-			if fd, held := r.proc.guess(pid, inode); held != nil && slices.Contains(pids, pid) {
+			if !slices.Contains(pids, pid) {
+				continue // no longer a candidate
+			}
+			if fd, held := r.proc.guess(pid, inode); held != nil {
 				owner, h, cached = fdRef{pid: pid, fd: fd}, held, true
 				break
-			} else if held != nil {
-				r.proc.t.release(held, false) // no longer a candidate
 			}
 		}
 	}
@@ -364,21 +364,10 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
 	var others []int
 	for _, pid := range r.cache.order(pids) {
-		if (cached && pid == owner.pid) || (pid == r.trusted && pid != 0) {
+		if cached && pid == owner.pid {
 			continue
 		}
-		if r.quiet && r.proc.t.quietWithout(pid, inode) {
-			continue // off every CPU since its descriptors were read, and no such socket among them
-		}
-		var (
-			fd   int
-			held *procHandle
-		)
-		if r.quiet {
-			fd, held, err = r.proc.scanQuiet(pid, inode, note, pids)
-		} else {
-			fd, held, err = r.proc.scanFds(pid, inode, note)
-		}
+		fd, held, err := r.scanMember(pid, inode, note, pids)
 		if err != nil || fd < 0 {
 			continue // gone, or not a holder
 		}
@@ -399,6 +388,21 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 	}
 	return owner, h, others, nil
+}
+
+// scanMember scans one member of a sandbox for inode, as scanFds does,
+// except the trusted process and a quiet one whose snapshot has no such
+// socket (quiet.go), which are not read at all (-1).
+func (r *Netlink) scanMember(pid int, inode uint32, note func(uint32, fdRef), pids []int) (int, *procHandle, error) {
+	switch {
+	case pid == r.trusted && pid != 0:
+		return -1, nil, nil
+	case !r.quiet:
+		return r.proc.scanFds(pid, inode, note)
+	case r.proc.t.quietWithout(pid, inode):
+		return -1, nil, nil // off every CPU since its descriptors were read, and no such socket among them
+	}
+	return r.proc.scanQuiet(pid, inode, note, pids)
 }
 
 // holding returns the handle through which ref's holding of inode is

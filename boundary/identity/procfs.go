@@ -196,15 +196,15 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h 
 	}
 	var (
 		learned []fdLink
-		unknown = len(fds) // fds that may hold a socket not seen yet (fdFree; without a handle: all)
+		free    = len(fds) // fds that may hold a socket not seen yet (fdFree; without a handle: all)
 	)
 	if h != nil {
 		keys := h.keys(fds, resolved)
-		unknown = 0
+		free = 0
 		for i, k := range keys {
 			fds[i] = k.fd
 			if k.class == fdFree {
-				unknown++
+				free++
 			}
 		}
 		defer func() { h.learn(fds, learned, resolved.now()) }()
@@ -212,7 +212,7 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h 
 	found := -1
 	var link [64]byte
 	for i, fd := range fds {
-		if found >= 0 && i >= unknown {
+		if found >= 0 && i >= free {
 			break // the rest were read before
 		}
 		var num [12]byte

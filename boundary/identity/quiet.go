@@ -63,18 +63,27 @@ func (h *procHandle) runs() (uint64, error) {
 // wait_ns runs"). 0 means the kernel does not count (no sched_info): a
 // process that exists has run at least once.
 func parseRuns(b []byte) (uint64, error) {
-	f := bytes.Fields(b)
-	if len(f) < 3 {
-		return 0, fmt.Errorf("schedstat %q: %w", b, errMalformedStat)
-	}
-	var n uint64
-	for _, c := range f[2] {
-		if c < '0' || c > '9' {
+	rest := b
+	for range 2 { // skip exec_ns and wait_ns
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
 			return 0, fmt.Errorf("schedstat %q: %w", b, errMalformedStat)
+		}
+		rest = rest[i+1:]
+	}
+	rest = bytes.TrimRight(rest, "\n")
+	n, ok := uint64(0), len(rest) > 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			ok = false
+			break
 		}
 		n = n*10 + uint64(c-'0')
 	}
-	if n == 0 {
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("schedstat %q: %w", b, errMalformedStat)
+	case n == 0:
 		return 0, fmt.Errorf("schedstat %q: no count of runs", b)
 	}
 	return n, nil
