@@ -229,12 +229,16 @@ func ofRun(pid int, cmd, dir string) bool {
 // run's dir) and processes still in a namespace the run made.
 func leftovers(dir string, made map[string]bool) []string {
 	var out []string
-	for pid, p := range procs() {
+	ps := procs()
+	for pid, p := range ps {
 		if p.cmd == "" {
 			continue // a kernel thread
 		}
 		if ofRun(pid, p.cmd, dir) {
 			out = append(out, fmt.Sprintf("process %d still runs: %s", pid, clip(p.cmd)))
+			continue
+		}
+		if ofOtherTest(ps, os.Getpid(), pid, dir) {
 			continue
 		}
 		for _, ns := range []string{"user", "pid", "net", "mnt"} {
@@ -245,6 +249,36 @@ func leftovers(dir string, made map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// ofOtherTest reports whether pid runs below a supervisor of another
+// run's sandbox (its --spec is outside dir) or below another test binary.
+// The kernel reuses the number of a namespace once it is freed: a sandbox
+// of this run that ended may lend its namespace's number to one that a
+// test running beside this one (make test runs packages side by side)
+// makes next, and that sandbox's processes are not this run's leftovers.
+// A real orphan of this run has lost its supervisor: nothing of another
+// test is above it, and it still counts.
+func ofOtherTest(ps map[int]proc, self, pid int, dir string) bool {
+	for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
+		pr, ok := ps[p]
+		if !ok || p == self {
+			return false
+		}
+		if supervisorCmd(pr.cmd) {
+			return !ofRun(p, pr.cmd, dir)
+		}
+		if exe, _, _ := strings.Cut(pr.cmd, " "); strings.HasSuffix(exe, ".test") {
+			return true
+		}
+		p = pr.ppid
+	}
+	return false
+}
+
+// supervisorCmd: cmd is a stockade supervisor's command line.
+func supervisorCmd(cmd string) bool {
+	return strings.Contains(cmd, " supervisor ") && strings.Contains(cmd, "--spec ")
 }
 
 // logDir is the log directory of the current creation of sandbox (a

@@ -69,16 +69,17 @@ func BenchmarkCluster(b *testing.B) {
 			t.Fatal(err)
 		}
 		victim.proc = nil
+		after := map[string]status{}
 		testenv.Eventually(t, 60*time.Second, func() bool {
-			ready := 0
+			clear(after)
 			for _, s := range c.list(c.alive()[0]) {
 				if s.Phase == "Ready" && s.Node != "" && s.Node != victim.name {
-					ready++
+					after[s.Name] = s
 				}
 			}
-			return ready == n
+			return len(after) == n
 		}, "all %d Ready under survivors", n)
-		took := time.Since(killed)
+		took := failoverTime(t, sbs, after, victim.name, killed)
 		rows = append(rows, fmt.Sprintf("failover, %3d sandboxes (%3d moved)        %8s", n, count[victim.name], took.Round(10*time.Millisecond)))
 		c.start(victim)
 	}

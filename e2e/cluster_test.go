@@ -245,9 +245,11 @@ func TestClusterFailover(t *testing.T) {
 		}
 		victim.proc = nil
 		after := c.waitAll("f", n, 20*time.Second, func(s status) bool { return s.Node != victim.name })
-		d := time.Since(killed)
+		seen := time.Since(killed)
+		d := failoverTime(t, sbs, after, victim.name, killed)
 		took = append(took, d)
-		t.Logf("trial %d: killed %s (owned %d of %d); all Ready under survivors after %s", trial+1, victim.name, count[victim.name], n, d.Round(10*time.Millisecond))
+		t.Logf("trial %d: killed %s (owned %d of %d); all Ready under survivors after %s (seen by the test's list after %s)",
+			trial+1, victim.name, count[victim.name], n, d.Round(10*time.Millisecond), seen.Round(10*time.Millisecond))
 		owners := c.driven()
 		for name, s := range sbs {
 			a := after[name]
@@ -290,11 +292,38 @@ func TestClusterFailover(t *testing.T) {
 		return
 	}
 	// make test shares two cores with every other package: the median
-	// keeps the 5 s bound, a single trial gets twice that (one took 5.2 s
-	// there while the measured runs' worst was 4.0 s).
+	// keeps the 5 s bound, a single trial gets twice that.
 	if p50 > 5*time.Second || p99 > 10*time.Second {
 		t.Errorf("failover p50 %s, max %s: want p50 <= 5 s and every trial <= 10 s", p50, p99)
 	}
+}
+
+// failoverTime is the time from the kill of victim until the last
+// sandbox it owned (in before) became Ready under a survivor (its since
+// in after): the nodes' own figure, not when a test's next list (a CLI
+// process, slow on a loaded machine) saw it.
+func failoverTime(t testing.TB, before, after map[string]status, victim string, killed time.Time) time.Duration {
+	t.Helper()
+	var last time.Time
+	for name, s := range before {
+		if s.Node != victim {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, after[name].Since)
+		if err != nil {
+			t.Fatalf("%s: since %q: %v", name, after[name].Since, err)
+		}
+		if !at.After(killed) {
+			t.Errorf("%s moved from %s but has been Ready since %s, before the kill at %s", name, victim, after[name].Since, killed.Format(time.RFC3339Nano))
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	if last.IsZero() {
+		t.Fatalf("no sandbox moved from %s", victim)
+	}
+	return last.Sub(killed)
 }
 
 func (c *clusterWorld) node(name string) *clusterNode {

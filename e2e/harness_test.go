@@ -202,6 +202,7 @@ type status struct {
 	Name             string           `json:"name"`
 	Node             string           `json:"node"`
 	Phase            string           `json:"phase"`
+	Since            string           `json:"since"`
 	Reason           string           `json:"reason"`
 	Message          string           `json:"message"`
 	RecoveryAttempts int              `json:"recoveryAttempts"`
