@@ -23,6 +23,7 @@ const idleQuiet = 2 * time.Second
 // idle again after the throughput measurements.
 type rssResult struct {
 	idle, held, after int64 // VmRSS bytes; 0: not measured
+	idleAnon          int64 // anonymous memory idle (procAnon); 0: not measured
 	hold              loadgen.HoldResult
 	haveHold          bool     // hold is the final report of a hold load
 	errs              []string // why a figure is missing
@@ -83,6 +84,11 @@ func (h *harness) measureIdleRSS(ctx context.Context, after bool) {
 			r.after = v
 		} else {
 			r.idle = v
+			if a, err := procAnon(s.pid); err != nil {
+				r.errs = append(r.errs, what+": "+err.Error())
+			} else {
+				r.idleAnon = a
+			}
 		}
 		h.cfg.Log.Info().Str("system", s.name).Str("rss", fmtBytes(float64(v))).Msg(what)
 	}

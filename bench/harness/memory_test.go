@@ -23,6 +23,25 @@ func TestParseVmRSS(t *testing.T) {
 	}
 }
 
+func TestParseAnonymous(t *testing.T) {
+	rollup := "55bd1621d000-7fffec022000 ---p 00000000 00:00 0    [rollup]\nRss:    1620 kB\nPss_Anon:   112 kB\nAnonymous:   9216 kB\nKSM:   0 kB\n"
+	if n, err := parseKB([]byte(rollup), "Anonymous:"); err != nil || n != 9216<<10 {
+		t.Fatalf("Anonymous = %d, %v; want %d", n, err, 9216<<10)
+	}
+	for _, bad := range []string{"Rss:   1620 kB\n", "Anonymous:   9 MB\n", "Anonymous:\n"} {
+		if _, err := parseKB([]byte(bad), "Anonymous:"); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+	a, err := procAnon(os.Getpid())
+	if err != nil || a <= 0 {
+		t.Fatalf("own anonymous memory = %d, %v; want some", a, err)
+	}
+	if rss, _ := procRSS(os.Getpid()); a > rss {
+		t.Errorf("own anonymous memory %d is more than the RSS %d", a, rss)
+	}
+}
+
 // TestProcRSS reads this test process: it has a resident set and open
 // files, and a pid that does not exist is an error.
 func TestProcRSS(t *testing.T) {

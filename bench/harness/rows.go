@@ -366,6 +366,9 @@ func (h *harness) rssCells(s *system, suffix string) (idle, held string) {
 		return 0
 	}
 	idleV := fmtBytes(float64(r.idle)) + suffix
+	if r.idleAnon > 0 {
+		idleV += " (anon " + fmtBytes(float64(r.idleAnon)) + ")"
+	}
 	if r.after > 0 {
 		idleV += ", " + fmtBytes(float64(r.after)) + " after the runs"
 	}
@@ -556,7 +559,8 @@ func (h *harness) header() []string {
 		fixed = append(fixed, fmt.Sprintf("RSS = VmRSS of the process (the whole supervisor for the sandbox): idle after %s without load "+
 			"(only the start-up probe served), and again %s after the throughput runs; open = while `loadgen hold` keeps %d tunnels open "+
 			"(opened 16 at a time, each proved by an echo; read %s after the last one), right after the first idle reading, "+
-			"before the throughput runs; per tunnel = (open - idle) / tunnels open.",
+			"before the throughput runs; per tunnel = (open - idle) / tunnels open. anon = Anonymous of /proc/PID/smaps_rollup when idle: "+
+			"the process's heap and stacks, what each more supervisor costs (the rest of RSS is the binary's pages, shared by every process running it).",
 			idleQuiet, idleQuiet, h.cfg.HoldTunnels, min(time.Second, h.cfg.HoldFor/2)))
 	}
 	h.notes = append(fixed, h.notes...)
