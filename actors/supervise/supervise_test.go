@@ -70,6 +70,9 @@ func TestStrategyRestartsWithinBudgetThenStops(t *testing.T) {
 	if r, s := counters.Get("leaf", actor.RestartDirective), counters.Get("leaf", actor.StopDirective); r != 2 || s != 1 {
 		t.Fatalf("restarts %d stops %d, want 2 and 1 (budget of 2)", r, s)
 	}
+	// The counters move before onGiveUp is called (HandleFailure counts,
+	// logs, stops the child, then tells): wait for the call.
+	waitFor(t, func() bool { return gaveUp.Load() >= 1 })
 	if gaveUp.Load() != 1 {
 		t.Fatalf("onGiveUp ran %d times, want 1", gaveUp.Load())
 	}
