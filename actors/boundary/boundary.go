@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/dispatch"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/dnsproxy"
+	"github.com/stockade-dev/stockade/boundary/identity"
 )
 
 // Stats are the boundary's running totals.
@@ -46,6 +47,9 @@ type Boundary struct {
 	// with the kernel's probe interval and count, two socket options per
 	// connection instead of four.
 	dialer net.Dialer
+	// ender is cfg.Identity when it wants to hear of ended connections
+	// (identity.Ender), else nil: asked once, not per connection.
+	ender identity.Ender
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener
@@ -63,6 +67,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 		upstreams: &connSet{m: map[net.Conn]struct{}{}},
 		pool:      dispatch.NewPool(64, 10*time.Second, 300),
 		dialer:    net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: -1, Count: -1}}}
+	b.ender, _ = cfg.Identity.(identity.Ender)
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

@@ -82,8 +82,8 @@ func (a *connActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.cleanup()
 		a.b.live.remove(a.conn)
-		if e, ok := a.b.cfg.Identity.(identity.Ender); ok && a.who.Socket != 0 {
-			e.Ended(a.who)
+		if a.b.ender != nil && a.who.Socket != 0 {
+			a.b.ender.Ended(a.who)
 		}
 	}
 }
