@@ -192,17 +192,8 @@ func procs() map[int]proc {
 func sandboxNamespaces(state string, seen map[string]bool) {
 	ps := procs()
 	isOurs := func(pid int) (int, bool) {
-		for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
-			pr, ok := ps[p]
-			if !ok {
-				return 0, false
-			}
-			if strings.Contains(pr.cmd, "supervisor") && strings.Contains(pr.cmd, state) {
-				return p, p != pid
-			}
-			p = pr.ppid
-		}
-		return 0, false
+		sup, ok := firstAbove(ps, pid, func(_ int, pr proc) bool { return supervisorCmd(pr.cmd) })
+		return sup, ok && sup != pid && strings.Contains(ps[sup].cmd, state)
 	}
 	for pid := range ps {
 		sup, ok := isOurs(pid)
@@ -260,23 +251,38 @@ func leftovers(dir string, made map[string]bool) []string {
 // A real orphan of this run has lost its supervisor: nothing of another
 // test is above it, and it still counts.
 func ofOtherTest(ps map[int]proc, self, pid int, dir string) bool {
+	p, ok := firstAbove(ps, pid, func(p int, pr proc) bool {
+		exe, _, _ := strings.Cut(pr.cmd, " ")
+		return p == self || supervisorCmd(pr.cmd) || strings.HasSuffix(exe, ".test")
+	})
+	switch {
+	case !ok || p == self:
+		return false
+	case supervisorCmd(ps[p].cmd):
+		return !ofRun(p, ps[p].cmd, dir)
+	}
+	return true // another test binary
+}
+
+// firstAbove returns pid, or its nearest ancestor, for which match holds;
+// false when none does below pid 1 (or a process vanished while ps was
+// read).
+func firstAbove(ps map[int]proc, pid int, match func(pid int, pr proc) bool) (int, bool) {
 	for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
 		pr, ok := ps[p]
-		if !ok || p == self {
-			return false
+		if !ok {
+			return 0, false
 		}
-		if supervisorCmd(pr.cmd) {
-			return !ofRun(p, pr.cmd, dir)
-		}
-		if exe, _, _ := strings.Cut(pr.cmd, " "); strings.HasSuffix(exe, ".test") {
-			return true
+		if match(p, pr) {
+			return p, true
 		}
 		p = pr.ppid
 	}
-	return false
+	return 0, false
 }
 
-// supervisorCmd: cmd is a stockade supervisor's command line.
+// supervisorCmd: cmd (arguments joined by spaces) is a stockade
+// supervisor's command line.
 func supervisorCmd(cmd string) bool {
 	return strings.Contains(cmd, " supervisor ") && strings.Contains(cmd, "--spec ")
 }

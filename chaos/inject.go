@@ -529,7 +529,8 @@ func (r *runner) crashWorkload(ctx context.Context, name string) bool {
 // isSupervisor checks a pid is a supervisor of this run before signalling.
 func isSupervisor(pid int, state string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return err == nil && strings.Contains(string(b), "supervisor") && strings.Contains(string(b), state)
+	cmd := strings.ReplaceAll(string(b), "\x00", " ")
+	return err == nil && supervisorCmd(cmd) && strings.Contains(cmd, state)
 }
 
 // waitStable waits until a sandbox has been Ready for the gateway's
