@@ -64,7 +64,7 @@ func newClusterWorld(t testing.TB, n int, extra ...string) *clusterWorld {
 				_ = nd.proc.Stop(10 * time.Second)
 			}
 		}
-		for _, pid := range supervisorsOf(w.state) {
+		for _, pid := range testworld.SupervisorsOf(w.state) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -149,7 +149,7 @@ func (c *clusterWorld) driven() map[string]string {
 // supervisorCount counts the supervisor processes of each sandbox.
 func (c *clusterWorld) supervisorCount() map[string]int {
 	out := map[string]int{}
-	for _, pid := range supervisorsOf(c.state) {
+	for _, pid := range testworld.SupervisorsOf(c.state) {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 		for _, a := range strings.Split(string(b), "\x00") {
 			if strings.HasSuffix(a, "spec.json") {
@@ -496,7 +496,7 @@ func TestClusterNodeLost(t *testing.T) {
 	c.nodes = append(c.nodes, far)
 	c.start(far)
 	t.Cleanup(func() {
-		for _, pid := range supervisorsOf(other) {
+		for _, pid := range testworld.SupervisorsOf(other) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})

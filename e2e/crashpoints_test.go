@@ -16,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/stockade-dev/stockade/internal/testworld"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -553,7 +554,7 @@ func (c *crashRun) checkWorkspaces(recs map[string]store.Record) {
 func supervisorsByName(state string) map[string][]int {
 	out := map[string][]int{}
 	prefix := filepath.Join(state, "sandboxes") + "/"
-	for _, pid := range supervisorsOf(state) {
+	for _, pid := range testworld.SupervisorsOf(state) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		_, rest, ok := strings.Cut(string(b), prefix)
 		if !ok {

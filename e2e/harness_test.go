@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,26 +150,9 @@ func (w *world) shutdown() {
 			w.t.Errorf("the gateway left its ready file after a clean exit (stat: %v)", err)
 		}
 	}
-	for _, pid := range supervisorsOf(w.state) {
+	for _, pid := range testworld.SupervisorsOf(w.state) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-}
-
-// supervisorsOf lists supervisor processes whose spec lies under state.
-func supervisorsOf(state string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(b), "supervisor\x00--spec\x00") && strings.Contains(string(b), state) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // cli runs a client verb; it returns stdout, stderr and the exit code.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/testworld"
 )
 
 // TestRecoveryMatrix is issue 5's recovery matrix, end to end (gateway as
@@ -451,7 +452,7 @@ func (m *matrix) onlyLiveSupervisors() {
 	var got []int
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got = supervisorsOf(m.state)
+		got = testworld.SupervisorsOf(m.state)
 		slices.Sort(got)
 		if slices.Equal(got, want) {
 			return

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/testworld"
 )
 
 // The sandbox system: a real gateway (`stockade gateway run`, its own state
@@ -83,38 +83,6 @@ func parseSandboxStatus(out []byte) (sandboxStatus, error) {
 	return st, nil
 }
 
-// isSupervisorOf says whether a /proc/<pid>/cmdline is that of a
-// supervisor of a sandbox under the state dir: `stockade supervisor --spec
-// STATE/sandboxes/NAME/spec.json`.
-func isSupervisorOf(cmdline []byte, state string) bool {
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	for i := 0; i+2 < len(args); i++ {
-		if args[i+1] == "supervisor" && args[i+2] == "--spec" && i+3 < len(args) &&
-			strings.HasPrefix(args[i+3], filepath.Join(state, "sandboxes")+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-// supervisorsOf lists the running supervisors of sandboxes under state.
-// The state dir is the harness's own temporary one: every process found
-// was started by the harness's gateway.
-func supervisorsOf(state string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && isSupervisorOf(b, state) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // startSandbox starts the gateway, creates the sandbox, puts loadgen in
 // its workspace and probes its proxy. Any failure leaves h.sandbox.why
 // set (the rows say it) and a note with the details; it never fails the
@@ -183,7 +151,7 @@ func (h *harness) startSandbox(ctx context.Context, bin string) {
 		fail("sandbox not ready", err)
 		return
 	}
-	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.SupervisorPid)); err != nil || !isSupervisorOf(cmdline, g.state) {
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.SupervisorPid)); err != nil || !testworld.IsSupervisorOf(cmdline, g.state) {
 		fail("no supervisor", fmt.Errorf("pid %d from sandbox get is not a supervisor of %s (cmdline %q, %v)", st.SupervisorPid, g.state, cmdline, err))
 		return
 	}
@@ -216,7 +184,7 @@ func (h *harness) stopSandbox(ctx context.Context) {
 		}
 	}
 	g.srv.stop()
-	pids := supervisorsOf(g.state)
+	pids := testworld.SupervisorsOf(g.state)
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
