@@ -61,13 +61,13 @@ func TestProcRSS(t *testing.T) {
 func TestParseStatTicks(t *testing.T) {
 	// pid (comm with ") x") state ppid ... utime=7 stime=5 cutime=100 cstime=50 ...
 	stat := "42 (a ) b) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 100 50 20 0 9 0 1234 5678 99\n"
-	if n, err := parseStatTicks([]byte(stat), false); err != nil || n != 12 {
-		t.Fatalf("own ticks = %d, %v; want 12", n, err)
+	if u, s, err := parseStatTicks([]byte(stat), false); err != nil || u != 7 || s != 5 {
+		t.Fatalf("own ticks = user %d sys %d, %v; want 7 and 5", u, s, err)
 	}
-	if n, err := parseStatTicks([]byte(stat), true); err != nil || n != 162 {
-		t.Fatalf("ticks with children = %d, %v; want 162", n, err)
+	if u, s, err := parseStatTicks([]byte(stat), true); err != nil || u != 107 || s != 55 {
+		t.Fatalf("ticks with children = user %d sys %d, %v; want 107 and 55", u, s, err)
 	}
-	if _, err := parseStatTicks([]byte("42 (x S 1"), false); err == nil {
+	if _, _, err := parseStatTicks([]byte("42 (x S 1"), false); err == nil {
 		t.Fatal("malformed stat: want an error")
 	}
 }

@@ -193,46 +193,58 @@ func runCmdEnv(ctx context.Context, dir string, env []string, path string, args 
 // every Linux architecture Go supports.
 const clockTicks = 100
 
-// procCPU returns the CPU time used by a process: utime+stime of all its
-// threads and, with children, that of its reaped children too (fields
+// cpuTime is a process's CPU time split as the kernel accounts it: in
+// user mode (its own code: for stockade, Go's runtime included) and in the
+// kernel on its behalf (system calls, the network stack they drive).
+type cpuTime struct{ user, sys time.Duration }
+
+func (c cpuTime) total() time.Duration { return c.user + c.sys }
+
+func (c cpuTime) sub(o cpuTime) cpuTime { return cpuTime{user: c.user - o.user, sys: c.sys - o.sys} }
+
+// procCPU returns the CPU time used by a process: utime and stime of all
+// its threads and, with children, those of its reaped children too (fields
 // 14-15, and 16-17, of /proc/<pid>/stat).
-func procCPU(pid int, children bool) (time.Duration, error) {
+func procCPU(pid int, children bool) (cpuTime, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("read cpu time: %w", err)
+		return cpuTime{}, fmt.Errorf("read cpu time: %w", err)
 	}
-	ticks, err := parseStatTicks(b, children)
+	user, sys, err := parseStatTicks(b, children)
 	if err != nil {
-		return 0, fmt.Errorf("read cpu time of %d: %w", pid, err)
+		return cpuTime{}, fmt.Errorf("read cpu time of %d: %w", pid, err)
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return cpuTime{user: time.Duration(user) * time.Second / clockTicks, sys: time.Duration(sys) * time.Second / clockTicks}, nil
 }
 
-// parseStatTicks sums utime and stime (and cutime and cstime with
+// parseStatTicks returns utime and stime (plus cutime and cstime with
 // children) of a /proc/<pid>/stat line, in clock ticks.
-func parseStatTicks(stat []byte, children bool) (int64, error) {
+func parseStatTicks(stat []byte, children bool) (user, sys int64, err error) {
 	// The command name may contain spaces; fields restart after ")".
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("malformed stat")
+		return 0, 0, errors.New("malformed stat")
 	}
 	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 15 {
-		return 0, fmt.Errorf("%d fields in stat", len(f))
+		return 0, 0, fmt.Errorf("%d fields in stat", len(f))
 	}
 	last := 13 // fields 14 and 15, counting pid as 1
 	if children {
 		last = 15 // and 16, 17
 	}
-	var ticks int64
-	for _, s := range f[11:last] {
+	for j, s := range f[11:last] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("stat field %q: %w", s, err)
+			return 0, 0, fmt.Errorf("stat field %q: %w", s, err)
 		}
-		ticks += v
+		if j%2 == 0 {
+			user += v
+		} else {
+			sys += v
+		}
 	}
-	return ticks, nil
+	return user, sys, nil
 }
 
 // streamCmd runs a short-lived command like runCmd but hands each line of

@@ -17,6 +17,7 @@ import (
 type tunnelStats struct {
 	runs                 int
 	rate, p50, p99, cpuT float64 // cpuT: server CPU ns per tunnel
+	userT                float64 // the part of cpuT in user mode
 	errors               int64
 	kinds                map[string]int64
 	first                string
@@ -25,13 +26,14 @@ type tunnelStats struct {
 func (h *harness) tunnelStats(s *system, c int) tunnelStats {
 	runs := h.tunnels[tunnelKey(s, c)]
 	st := tunnelStats{runs: len(runs), kinds: map[string]int64{}}
-	var rate, p50, p99, cpuT []float64
+	var rate, p50, p99, cpuT, userT []float64
 	for _, r := range runs {
 		rate = append(rate, r.res.PerSecond)
 		p50 = append(p50, float64(r.res.P50Ns))
 		p99 = append(p99, float64(r.res.P99Ns))
-		if r.res.Tunnels > 0 && r.cpu > 0 {
-			cpuT = append(cpuT, float64(r.cpu.Nanoseconds())/float64(r.res.Tunnels))
+		if r.res.Tunnels > 0 && r.cpu.total() > 0 {
+			cpuT = append(cpuT, float64(r.cpu.total().Nanoseconds())/float64(r.res.Tunnels))
+			userT = append(userT, float64(r.cpu.user.Nanoseconds())/float64(r.res.Tunnels))
 		}
 		st.errors += r.res.Errors
 		for k, n := range r.res.ErrorKinds {
@@ -41,7 +43,7 @@ func (h *harness) tunnelStats(s *system, c int) tunnelStats {
 			st.first = r.res.FirstError
 		}
 	}
-	st.rate, st.p50, st.p99, st.cpuT = median(rate), median(p50), median(p99), median(cpuT)
+	st.rate, st.p50, st.p99, st.cpuT, st.userT = median(rate), median(p50), median(p99), median(cpuT), median(userT)
 	return st
 }
 
@@ -151,13 +153,19 @@ func (h *harness) tunnelRows(c int) []Row {
 	}
 	cpu := Row{
 		Name:     fmt.Sprintf("server CPU per tunnel c=%d", c),
-		Stockade: cell(h.stockade, sk.runs, fmtDur(sk.cpuT)),
-		Peer:     cell(h.tinyproxy, tp.runs, fmtDur(tp.cpuT)),
+		Stockade: cell(h.stockade, sk.runs, fmtCPU(sk)),
+		Peer:     cell(h.tinyproxy, tp.runs, fmtCPU(tp)),
 		Ratio:    fmtRatio(sk.cpuT, tp.cpuT),
 		Target:   "<= tinyproxy's",
 		Verdict:  verdict(haveCmp && sk.cpuT > 0 && tp.cpuT > 0, sk.cpuT <= tp.cpuT),
 	}
 	return []Row{rate, added, p99, cpu}
+}
+
+// fmtCPU is a CPU-per-tunnel cell: the total, then the part in user mode
+// (the rest is the kernel's work for the process's system calls).
+func fmtCPU(st tunnelStats) string {
+	return fmtDur(st.cpuT) + " (user " + fmtDur(st.userT) + ")"
 }
 
 // withErr appends a tunnels figure's failure count, if any.
@@ -226,8 +234,8 @@ func (h *harness) sandboxTunnelRows(c int) []Row {
 	}
 	cpu := Row{
 		Name:     fmt.Sprintf("sandbox supervisor CPU per tunnel c=%d", c),
-		Stockade: cell(h.sandbox, sb.runs, fmtDur(sb.cpuT)),
-		Peer:     h.sandboxPeer(tp.runs, fmtDur(tp.cpuT), sk.runs, fmtDur(sk.cpuT)),
+		Stockade: cell(h.sandbox, sb.runs, fmtCPU(sb)),
+		Peer:     h.sandboxPeer(tp.runs, fmtCPU(tp), sk.runs, fmtCPU(sk)),
 		Ratio:    pairRatio(sb.cpuT, tp.cpuT, sk.cpuT),
 		Target:   "<= tinyproxy's",
 		Verdict:  verdict(haveCmp && sb.cpuT > 0 && tp.cpuT > 0, sb.cpuT <= tp.cpuT),
@@ -304,7 +312,7 @@ func (h *harness) dnsStats(s *system) dnsStats {
 	for _, r := range runs {
 		qps = append(qps, r.res.QPS)
 		if r.res.Completed > 0 {
-			cpuQ = append(cpuQ, float64(r.cpu.Nanoseconds())/float64(r.res.Completed))
+			cpuQ = append(cpuQ, float64(r.cpu.total().Nanoseconds())/float64(r.res.Completed))
 		}
 		st.lost += r.res.Lost
 		if r.res.splitExact() {
@@ -544,7 +552,8 @@ func (h *harness) header() []string {
 			"(it has no hosts file and /etc/hosts is not edited); direct dials 127.0.0.1:PORT.", upstreamName),
 		fmt.Sprintf("DNS: stockade and dnsmasq answer from the same hosts file; queries alternate %d allowed and %d unlisted names (type A); "+
 			"dnsmasq runs with no upstream, so unlisted names get REFUSED from both.", h.cfg.DNSNames, h.cfg.DNSNames),
-		"CPU = utime+stime of the server process from /proc/PID/stat (10 ms ticks) over the measurement.",
+		"CPU = utime+stime of the server process from /proc/PID/stat (10 ms ticks) over the measurement; " +
+			"\"(user X)\" is the utime part (the process's own code; the rest, stime, is the kernel's work for its system calls).",
 	}
 	if h.sandbox.why != sandboxOff {
 		fixed = append(fixed, fmt.Sprintf("sandbox rows: a gateway (`stockade gateway run`, its own state dir, --allow-loopback-upstream, --hosts as above) "+

@@ -75,7 +75,7 @@ func fakeHarness(sandboxWhy string) *harness {
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
 	run := func(rate float64, p50 time.Duration, cpu time.Duration) []tunnelRun {
-		return []tunnelRun{{res: loadgen.TunnelResult{Tunnels: int64(rate * 2), PerSecond: rate, P50Ns: p50.Nanoseconds(), P99Ns: 2 * p50.Nanoseconds()}, cpu: cpu}}
+		return []tunnelRun{{res: loadgen.TunnelResult{Tunnels: int64(rate * 2), PerSecond: rate, P50Ns: p50.Nanoseconds(), P99Ns: 2 * p50.Nanoseconds()}, cpu: cpuTime{user: cpu / 4, sys: cpu - cpu/4}}}
 	}
 	h.tunnels["stockade/c=16"] = run(5000, 2*time.Millisecond, time.Second)           // 100µs per tunnel
 	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
@@ -120,7 +120,7 @@ func TestSandboxRows(t *testing.T) {
 		t.Fatalf("added row %+v", added)
 	}
 	cpu := rowByName(t, rows, "sandbox supervisor CPU per tunnel c=16")
-	if cpu.Stockade != "500.0µs" || cpu.Verdict != Miss || cpu.Ratio != "5.00x / 5.00x" {
+	if cpu.Stockade != "500.0µs (user 125.0µs)" || cpu.Peer != "100.0µs (user 25.0µs) tinyproxy, 100.0µs (user 25.0µs) serve" || cpu.Verdict != Miss || cpu.Ratio != "5.00x / 5.00x" {
 		t.Fatalf("cpu row %+v", cpu)
 	}
 	if sk := rowByName(t, rows, "server CPU per tunnel c=16"); sk.Verdict != Pass || sk.Target != "<= tinyproxy's" {

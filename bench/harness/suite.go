@@ -78,25 +78,25 @@ type system struct {
 
 // cpu is the CPU time the system's process has used so far (0 when there
 // is none or it is gone).
-func (s *system) cpu() time.Duration {
+func (s *system) cpu() cpuTime {
 	if s.pid == 0 {
-		return 0
+		return cpuTime{}
 	}
 	d, err := procCPU(s.pid, !s.inSandbox)
 	if err != nil {
-		return 0
+		return cpuTime{}
 	}
 	return d
 }
 
 type tunnelRun struct {
 	res loadgen.TunnelResult
-	cpu time.Duration
+	cpu cpuTime
 }
 
 type dnsRun struct {
 	res dnsResult
-	cpu time.Duration
+	cpu cpuTime
 }
 
 type harness struct {
@@ -444,7 +444,7 @@ func (h *harness) measure(ctx context.Context) {
 				if h.failure(ctx, s, "tunnels", err) {
 					continue
 				}
-				h.tunnels[tunnelKey(s, c)] = append(h.tunnels[tunnelKey(s, c)], tunnelRun{res: res, cpu: s.cpu() - cpu0})
+				h.tunnels[tunnelKey(s, c)] = append(h.tunnels[tunnelKey(s, c)], tunnelRun{res: res, cpu: s.cpu().sub(cpu0)})
 				log.Info().Str("system", s.name).Int("c", c).Str("tunnels/s", fmtRate(res.PerSecond)).
 					Str("p50", fmtDur(float64(res.P50Ns))).Int64("errors", res.Errors).Msg("tunnels")
 			}
@@ -464,7 +464,7 @@ func (h *harness) measure(ctx context.Context) {
 			if h.failure(ctx, s, "dnsperf", err) {
 				continue
 			}
-			h.dnsRuns[s.name] = append(h.dnsRuns[s.name], dnsRun{res: res, cpu: s.cpu() - cpu0})
+			h.dnsRuns[s.name] = append(h.dnsRuns[s.name], dnsRun{res: res, cpu: s.cpu().sub(cpu0)})
 			log.Info().Str("system", s.name).Str("qps", fmtRate(res.QPS)).Int64("lost", res.Lost).
 				Interface("rcodes", res.Rcodes).Msg("dnsperf")
 		}

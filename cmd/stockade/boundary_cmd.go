@@ -47,6 +47,7 @@ type serveOpts struct {
 	faults        []string
 	metricsAddr   string
 	cpuProfile    string
+	memProfile    string
 	readyFile     string
 }
 
@@ -78,9 +79,11 @@ the log as one line each.`,
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
 	f.StringVar(&o.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464); empty: off")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until the boundary stops (benchmarks)")
+	f.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile to this file when the boundary stops (benchmarks)")
 	f.StringVar(&o.readyFile, "ready-file", "", "once serving, write this file (JSON: proxy, dns, metrics, pid); removed when the boundary stops")
 	_ = f.MarkHidden("fault")
 	_ = f.MarkHidden("cpuprofile")
+	_ = f.MarkHidden("memprofile")
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
 }
@@ -107,6 +110,18 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 			return &exitError{exitFailure, fmt.Errorf("cpuprofile: %w", err)}
 		}
 		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+	}
+	if o.memProfile != "" {
+		mf, err := os.Create(o.memProfile)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("memprofile: %w", err)}
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(mf, 0); err != nil {
+				log.Warn().Err(err).Msg("memprofile not written")
+			}
+			_ = mf.Close()
+		}()
 	}
 
 	inj := fault.NewSet()
