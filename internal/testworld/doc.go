@@ -9,4 +9,6 @@
 // The core, StartProcess, takes a context and no testing.TB, and the
 // package does not import "testing": the chaos run, linked into the
 // stockade binary, uses it too. Start is the thin wrapper for tests.
+// SupervisorsOf finds the supervisors a gateway started under a state dir
+// (by command line), for the tests and the bench harness to check or kill.
 package testworld
