@@ -188,49 +188,103 @@ func NewDecision(class Class, allowed bool, r reason.Code) Event {
 
 // Line renders the one-line form shown by `sandbox logs`, e.g.
 // NET:OPEN [MED] DENIED /usr/bin/curl(64) -> example.org:443 [policy:- engine:opa] [reason:endpoint_not_allowed]
-func (e *Event) Line() string {
-	var b strings.Builder
+func (e *Event) Line() string { return string(e.AppendLine(nil)) }
+
+// AppendLine appends the one-line form (Line) to dst: with a reused
+// buffer, a line costs no allocation unless a field needs escaping.
+func (e *Event) AppendLine(dst []byte) []byte {
 	if e.ClassUID == ClassLifecycle {
-		fmt.Fprintf(&b, "LIFECYCLE:%s [%s] %s", Escape(strings.ToUpper(e.ActivityName)), e.SeverityID.short(), Escape(e.Message))
-		return b.String()
+		dst = append(dst, "LIFECYCLE:"...)
+		dst = appendEscaped(dst, strings.ToUpper(e.ActivityName))
+		dst = append(dst, " ["...)
+		dst = append(dst, e.SeverityID.short()...)
+		dst = append(dst, "] "...)
+		return appendEscaped(dst, e.Message)
 	}
 	switch e.ClassUID {
 	case ClassDNS:
-		b.WriteString("DNS:QUERY")
+		dst = append(dst, "DNS:QUERY"...)
 	default:
-		b.WriteString("NET:OPEN")
+		dst = append(dst, "NET:OPEN"...)
 	}
-	fmt.Fprintf(&b, " [%s] %s ", e.SeverityID.short(), strings.ToUpper(e.ActionID.String()))
+	dst = append(dst, " ["...)
+	dst = append(dst, e.SeverityID.short()...)
+	dst = append(dst, "] "...)
+	dst = appendUpper(dst, e.ActionID.String())
+	dst = append(dst, ' ')
 	if e.Actor != nil && e.Actor.Path != "" {
-		fmt.Fprintf(&b, "%s(%d)", Escape(e.Actor.Path), e.Actor.Pid)
+		dst = appendPathPid(dst, e.Actor.Path, e.Actor.Pid)
 	} else {
-		b.WriteString("-")
+		dst = append(dst, '-')
 	}
 	switch {
 	case e.Query != nil:
-		fmt.Fprintf(&b, " -> %s %s", Escape(e.Query.Hostname), Escape(e.Query.Type))
+		dst = append(dst, " -> "...)
+		dst = appendEscaped(dst, e.Query.Hostname)
+		dst = append(dst, ' ')
+		dst = appendEscaped(dst, e.Query.Type)
 		if e.Query.Rcode != "" {
-			b.WriteString(" " + Escape(e.Query.Rcode))
+			dst = append(dst, ' ')
+			dst = appendEscaped(dst, e.Query.Rcode)
 		}
 	case e.Dst != nil:
-		fmt.Fprintf(&b, " -> %s:%d", Escape(e.Dst.Hostname), e.Dst.Port)
+		dst = append(dst, " -> "...)
+		dst = appendEscaped(dst, e.Dst.Hostname)
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, int64(e.Dst.Port), 10)
 	}
 	name := e.Policy.Name
 	if name == "" {
 		name = "-"
 	}
-	fmt.Fprintf(&b, " [policy:%s engine:%s] [reason:%s]", Escape(name), Escape(e.Policy.Engine), e.Reason.String())
+	dst = append(dst, " [policy:"...)
+	dst = appendEscaped(dst, name)
+	dst = append(dst, " engine:"...)
+	dst = appendEscaped(dst, e.Policy.Engine)
+	dst = append(dst, "] [reason:"...)
+	dst = append(dst, e.Reason.String()...)
+	dst = append(dst, ']')
 	if len(e.Holders) > 1 {
-		b.WriteString(" [holders:")
+		dst = append(dst, " [holders:"...)
 		for i, h := range e.Holders {
 			if i > 0 {
-				b.WriteString(",")
+				dst = append(dst, ',')
 			}
-			fmt.Fprintf(&b, "%s(%d)", Escape(h.Path), h.Pid)
+			dst = appendPathPid(dst, h.Path, h.Pid)
 		}
-		b.WriteString("]")
+		dst = append(dst, ']')
 	}
-	return b.String()
+	return dst
+}
+
+// appendPathPid appends "PATH(PID)", the path escaped.
+func appendPathPid(dst []byte, path string, pid int) []byte {
+	dst = appendEscaped(dst, path)
+	dst = append(dst, '(')
+	dst = strconv.AppendInt(dst, int64(pid), 10)
+	return append(dst, ')')
+}
+
+// appendEscaped appends Escape(s) to dst (s itself when it is clean, the
+// common case, without a copy in between).
+func appendEscaped(dst []byte, s string) []byte { return append(dst, Escape(s)...) }
+
+// appendUpper appends strings.ToUpper(s) for an ASCII s (the action
+// names) without allocating; anything else goes through strings.ToUpper.
+func appendUpper(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return append(dst, strings.ToUpper(s)...)
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // Escape makes s safe for one line of text: control characters (newlines

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -81,29 +82,55 @@ type LogSink struct {
 	// and the lifecycle at their level, and a busy proxy does not pay a
 	// formatted line and a write per allowed connection.
 	AllowedAtDebug bool
+	// Out, when set, is Log's destination: RecordBatch renders a batch's
+	// lines into one buffer and hands them over in one call (one write(2)
+	// for a JSON log) instead of one write per line. Nil: a write per line.
+	Out EventsWriter
 }
 
+// EventsWriter takes several log events' JSON lines at once (logx.Out).
+type EventsWriter interface{ WriteEvents(p []byte) error }
+
 // Record implements Sink.
-func (l LogSink) Record(e Event) {
+func (l LogSink) Record(e Event) { l.record(l.Log, &e) }
+
+func (l LogSink) record(log zerolog.Logger, e *Event) bool {
 	var ev *zerolog.Event
 	switch {
 	case e.ActionID == ActionDenied:
-		ev = l.Log.Warn()
+		ev = log.Warn()
 	case l.AllowedAtDebug && e.ActionID == ActionAllowed:
-		ev = l.Log.Debug()
+		ev = log.Debug()
 	default:
-		ev = l.Log.Info()
+		ev = log.Info()
 	}
 	if !ev.Enabled() {
-		return
+		return false
 	}
 	ev.Str("component", "audit").Msg(e.Line())
+	return true
 }
 
-// RecordBatch implements BatchSink: one log line per event, as Record.
+// RecordBatch implements BatchSink: one log line per event, as Record; with
+// Out, the lines leave together.
 func (l LogSink) RecordBatch(events []Event) {
+	if l.Out == nil || len(events) < 2 {
+		for i := range events {
+			l.record(l.Log, &events[i])
+		}
+		return
+	}
+	var buf bytes.Buffer
+	log, n := l.Log.Output(&buf), 0
 	for i := range events {
-		l.Record(events[i])
+		if l.record(log, &events[i]) {
+			n++
+		}
+	}
+	if n > 0 {
+		// A failed write is lost as a logger's own would be: the log is
+		// where it would be said.
+		_ = l.Out.WriteEvents(buf.Bytes())
 	}
 }
 

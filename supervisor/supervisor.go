@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
@@ -54,8 +55,12 @@ func (e *CannotStartError) Unwrap() error { return e.Err }
 // the gateway's driver reports as driver.ErrCannotStart, so the sandbox
 // goes to Error/StartFailed without retries. Everything Run opened is
 // closed before it returns.
-func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
-	err := run(ctx, specPath, log)
+func Run(ctx context.Context, specPath string, log zerolog.Logger, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	err := run(ctx, specPath, log, o)
 	var cs *CannotStartError
 	if errors.As(err, &cs) {
 		log.Error().Err(err).Msg("the sandbox cannot start; the gateway will not retry")
@@ -64,10 +69,19 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	return err
 }
 
+// Option configures Run.
+type Option func(*options)
+
+type options struct{ logOut audit.EventsWriter }
+
+// WithLogOut names the log's destination: the boundary's log sink then
+// writes a batch of decision lines (a DNS read's denials) in one call.
+func WithLogOut(w audit.EventsWriter) Option { return func(o *options) { o.logOut = w } }
+
 // oneLine keeps a message on one line (the driver reads the last one).
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func run(ctx context.Context, specPath string, log zerolog.Logger) error {
+func run(ctx context.Context, specPath string, log zerolog.Logger, o options) error {
 	sp, err := spec.Read(specPath)
 	if err != nil {
 		return err
@@ -172,7 +186,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 	if res.group != nil {
 		candidates = res.group.Procs // the sandbox's processes only, one small read
 	}
-	b, stopBoundary, err := startBoundary(sp, sb, candidates, engine, faults, log, func(kind string, reason any) {
+	b, stopBoundary, err := startBoundary(sp, sb, candidates, engine, faults, log, o.logOut, func(kind string, reason any) {
 		select {
 		case gaveUp <- fmt.Sprintf("%s actor failed 10 times in 10 s (last: %v)", kind, reason):
 		default:
@@ -284,7 +298,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger) error {
 // lists the host pids of the sandbox's processes, the possible owners of a
 // connection: from its cgroup when it has one (every process of the
 // sandbox is in it, and none can leave it), else from its pid namespace.
-func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]int, error), engine *policy.Engine, faults fault.Injector, log zerolog.Logger, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]int, error), engine *policy.Engine, faults fault.Injector, log zerolog.Logger, logOut audit.EventsWriter, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
 	px, udp, tcp, _ := sb.Listeners()
 	diag, err := sb.DupDiagFD()
 	if err != nil {
@@ -309,7 +323,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 		Proxy: px, DNSPacket: udp, DNSStream: tcp,
 		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
 		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Injector: faults,
-		Log: log, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
+		Log: log, LogOut: logOut, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
 	}, sp.AuditFile)
 	if err != nil {
 		_ = id.Close()

@@ -67,6 +67,9 @@ type Config struct {
 	Audit         audit.Sink
 	Injector      fault.Injector
 	Log           zerolog.Logger
+	// LogOut, when set, is Log's destination: Serve's log sink writes a
+	// batch's decision lines (a DNS read's denials) in one call to it.
+	LogOut audit.EventsWriter
 	// Counters receives every supervision directive of the tree.
 	Counters *supervise.Counters
 	// Sandbox names the sandbox in audit events ("" for a standalone boundary).

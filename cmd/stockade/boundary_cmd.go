@@ -89,14 +89,22 @@ the log as one line each.`,
 }
 
 func newLogger(cmd *cobra.Command) zerolog.Logger {
+	log, _ := newLog(cmd)
+	return log
+}
+
+// newLog is newLogger with its destination, for a boundary whose log sink
+// writes a batch of decision lines at once.
+func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
 	level, _ := cmd.Flags().GetString("log-level")
 	format, _ := cmd.Flags().GetString("log-format")
 	pretty := format == "console" || (format == "auto" && term.IsTerminal(int(os.Stderr.Fd())))
-	return logx.New(os.Stderr, level, pretty)
+	out := logx.NewOut(os.Stderr, pretty)
+	return logx.NewOn(out, level), out
 }
 
 func runBoundary(cmd *cobra.Command, o serveOpts) error {
-	log := newLogger(cmd)
+	log, logOut := newLog(cmd)
 	if o.proxyAddr == "" && o.dnsAddr == "" {
 		return &exitError{exitUsage, errors.New("boundary serve: --proxy and --dns are both empty; nothing to serve")}
 	}
@@ -165,7 +173,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 
 	cfg := boundary.Config{
 		Decider: boundary.PolicyDecider(engine), Identity: resolver, Resolver: res, DNSUpstream: up,
-		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Injector: inj, Log: log,
+		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Injector: inj, Log: log, LogOut: logOut,
 		Counters: supervise.NewCounters(),
 	}
 	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)

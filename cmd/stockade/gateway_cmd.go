@@ -166,7 +166,8 @@ func newSupervisorCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := supervisor.Run(context.Background(), specPath, newLogger(cmd)); err != nil {
+			log, logOut := newLog(cmd)
+			if err := supervisor.Run(context.Background(), specPath, log, supervisor.WithLogOut(logOut)); err != nil {
 				// A sandbox that cannot start: a status of its own, so the
 				// gateway does not retry (contract.ExitSupervisorCannotStart).
 				var cs *supervisor.CannotStartError

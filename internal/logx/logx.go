@@ -4,6 +4,7 @@
 package logx
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -18,19 +19,66 @@ import (
 // "error"); pretty selects the human console format instead of JSON lines.
 // Call ConfigureGlobals once from main before.
 func New(w io.Writer, level string, pretty bool) zerolog.Logger {
+	return NewOn(NewOut(w, pretty), level)
+}
+
+// NewOn is New writing to o, for a caller that also writes several events
+// at once (Out.WriteEvents).
+func NewOn(o *Out, level string) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
 	if err != nil || level == "" {
 		lvl = zerolog.InfoLevel
 	}
-	if pretty {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	return zerolog.New(o).Level(lvl).With().Timestamp().Logger()
 }
 
-// ConfigureGlobals sets zerolog's process-wide field names. It is called
-// once, from main only (the message key "msg" matches slog's, so routed
-// protoactor records do not carry two message keys).
+// Out is a logger's destination. The logger hands it one event (one JSON
+// line) per Write; WriteEvents takes the lines of several events rendered
+// at once, so that a batch of decisions costs one write(2) instead of one
+// per line.
+type Out struct {
+	w       io.Writer
+	console *zerolog.ConsoleWriter // the human form: each event formatted on its own
+}
+
+// NewOut returns the destination w, in the console form when pretty.
+func NewOut(w io.Writer, pretty bool) *Out {
+	o := &Out{w: w}
+	if pretty {
+		o.console = &zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	return o
+}
+
+// Write implements io.Writer: p is one event.
+func (o *Out) Write(p []byte) (int, error) {
+	if o.console != nil {
+		return o.console.Write(p)
+	}
+	return o.w.Write(p)
+}
+
+// WriteEvents writes the JSON lines of several events (each ending in a
+// newline): in one write to a JSON destination; to the console form one
+// line at a time, as it formats one event per call.
+func (o *Out) WriteEvents(p []byte) error {
+	if o.console == nil {
+		_, err := o.w.Write(p)
+		return err
+	}
+	for len(p) > 0 {
+		line := p
+		if i := bytes.IndexByte(p, '\n'); i >= 0 {
+			line = p[:i+1]
+		}
+		if _, err := o.console.Write(line); err != nil {
+			return err
+		}
+		p = p[len(line):]
+	}
+	return nil
+}
+
 func ConfigureGlobals() {
 	zerolog.MessageFieldName = "msg"
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"

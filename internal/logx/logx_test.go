@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // line is one JSON log line.
@@ -94,4 +96,54 @@ func TestProtoactorChurnIsDebug(t *testing.T) {
 			t.Errorf("churn logged at info through With/WithGroup: %s", b.String())
 		}
 	})
+}
+
+// writes counts the Write calls it gets and keeps what they wrote.
+type writes struct {
+	n int
+	b bytes.Buffer
+}
+
+func (w *writes) Write(p []byte) (int, error) { w.n++; return w.b.Write(p) }
+
+// WriteEvents hands a JSON destination several events in one write, and
+// gives the console form the same text as one event per write would.
+func TestWriteEvents(t *testing.T) {
+	ConfigureGlobals()
+	render := func(n int) []byte {
+		var b bytes.Buffer
+		l := zerolog.New(&b)
+		for i := 0; i < n; i++ {
+			l.Warn().Str("component", "audit").Int("i", i).Msg("DNS:QUERY [MED] DENIED")
+		}
+		return b.Bytes()
+	}
+	three := render(3)
+
+	var raw writes
+	if err := NewOut(&raw, false).WriteEvents(three); err != nil {
+		t.Fatal(err)
+	}
+	if raw.n != 1 || !bytes.Equal(raw.b.Bytes(), three) {
+		t.Fatalf("JSON destination: %d writes of %q, want 1 of %q", raw.n, raw.b.String(), three)
+	}
+
+	var batched, single writes
+	if err := NewOut(&batched, true).WriteEvents(three); err != nil {
+		t.Fatal(err)
+	}
+	per := NewOut(&single, true)
+	for _, line := range bytes.SplitAfter(three, []byte("\n")) {
+		if len(line) > 0 {
+			if _, err := per.Write(line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if batched.b.String() != single.b.String() || strings.Count(batched.b.String(), "DENIED") != 3 {
+		t.Fatalf("console form of a batch:\n%s\nwant, as one event per write:\n%s", batched.b.String(), single.b.String())
+	}
+	if strings.Contains(batched.b.String(), "{") {
+		t.Fatalf("console form left JSON in: %s", batched.b.String())
+	}
 }
