@@ -58,25 +58,48 @@ func (o *Out) Write(p []byte) (int, error) {
 	return o.w.Write(p)
 }
 
+// atomicWrite is the most a write to a pipe delivers whole (PIPE_BUF):
+// WriteEvents writes at most this much at once unless one line is longer,
+// so that no other writer of the pipe can land inside a line, as with one
+// write per event.
+const atomicWrite = 4096
+
 // WriteEvents writes the JSON lines of several events (each ending in a
-// newline): in one write to a JSON destination; to the console form one
-// line at a time, as it formats one event per call.
+// newline): to a JSON destination, as few writes as whole lines fit in
+// atomicWrite bytes (a longer line alone); to the console form one line at
+// a time, as it formats one event per call.
 func (o *Out) WriteEvents(p []byte) error {
-	if o.console == nil {
-		_, err := o.w.Write(p)
-		return err
-	}
 	for len(p) > 0 {
-		line := p
-		if i := bytes.IndexByte(p, '\n'); i >= 0 {
-			line = p[:i+1]
+		n := lineEnd(p, 0)
+		if o.console != nil {
+			if _, err := o.console.Write(p[:n]); err != nil {
+				return err
+			}
+			p = p[n:]
+			continue
 		}
-		if _, err := o.console.Write(line); err != nil {
+		for n < len(p) {
+			next := lineEnd(p, n)
+			if next > atomicWrite {
+				break
+			}
+			n = next
+		}
+		if _, err := o.w.Write(p[:n]); err != nil {
 			return err
 		}
-		p = p[len(line):]
+		p = p[n:]
 	}
 	return nil
+}
+
+// lineEnd is the end of the line of p starting at from (past its newline),
+// or len(p).
+func lineEnd(p []byte, from int) int {
+	if i := bytes.IndexByte(p[from:], '\n'); i >= 0 {
+		return from + i + 1
+	}
+	return len(p)
 }
 
 func ConfigureGlobals() {

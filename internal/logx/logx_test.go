@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -145,5 +146,45 @@ func TestWriteEvents(t *testing.T) {
 	}
 	if strings.Contains(batched.b.String(), "{") {
 		t.Fatalf("console form left JSON in: %s", batched.b.String())
+	}
+}
+
+// writeSizes records each write's bytes.
+type writeSizes struct{ got [][]byte }
+
+func (w *writeSizes) Write(p []byte) (int, error) {
+	w.got = append(w.got, bytes.Clone(p))
+	return len(p), nil
+}
+
+// A batch larger than a pipe's atomic write goes out in writes of whole
+// lines of at most 4096 bytes (a longer line alone), in order, all of it.
+func TestWriteEventsWholeLinesWithinPipeBuf(t *testing.T) {
+	var batch []byte
+	for i := 0; i < 100; i++ {
+		batch = append(batch, fmt.Sprintf("{\"i\":%d,\"msg\":\"%s\"}\n", i, strings.Repeat("x", 180))...)
+		if i == 50 {
+			batch = append(batch, fmt.Sprintf("{\"long\":\"%s\"}\n", strings.Repeat("y", 5000))...)
+		}
+	}
+	var w writeSizes
+	if err := NewOut(&w, false).WriteEvents(batch); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.got) < 3 || len(w.got) > 10 {
+		t.Fatalf("%d writes for %d bytes, want a few", len(w.got), len(batch))
+	}
+	var joined []byte
+	for _, p := range w.got {
+		if p[len(p)-1] != '\n' {
+			t.Fatalf("a write ends inside a line: %q", p[max(0, len(p)-20):])
+		}
+		if len(p) > 4096 && bytes.Count(p, []byte("\n")) != 1 {
+			t.Fatalf("a write of %d bytes holds %d lines: over 4096 only a single line may go alone", len(p), bytes.Count(p, []byte("\n")))
+		}
+		joined = append(joined, p...)
+	}
+	if !bytes.Equal(joined, batch) {
+		t.Fatal("the writes do not add up to the batch, in order")
 	}
 }
