@@ -102,6 +102,9 @@ func lineEnd(p []byte, from int) int {
 	return len(p)
 }
 
+// ConfigureGlobals sets zerolog's process-wide field names. It is called
+// once, from main only (the message key "msg" matches slog's, so routed
+// protoactor records do not carry two message keys).
 func ConfigureGlobals() {
 	zerolog.MessageFieldName = "msg"
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
