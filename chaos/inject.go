@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockade-dev/stockade/internal/testworld"
 	"github.com/stockade-dev/stockade/messages"
 )
 
@@ -529,8 +530,7 @@ func (r *runner) crashWorkload(ctx context.Context, name string) bool {
 // isSupervisor checks a pid is a supervisor of this run before signalling.
 func isSupervisor(pid int, state string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	cmd := strings.ReplaceAll(string(b), "\x00", " ")
-	return err == nil && supervisorCmd(cmd) && strings.Contains(cmd, state)
+	return err == nil && testworld.IsSupervisorOf(b, state)
 }
 
 // waitStable waits until a sandbox has been Ready for the gateway's
