@@ -63,6 +63,7 @@ type connActor struct {
 	upstream net.Conn
 	answered bool // the client got its answer (or its tunnel)
 	relays   int  // relay goroutines still running
+	endTold  bool // the resolver was told the connection ended
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
@@ -82,9 +83,7 @@ func (a *connActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.cleanup()
 		a.b.live.remove(a.conn)
-		if a.b.ender != nil && a.who.Socket != 0 {
-			a.b.ender.Ended(a.who)
-		}
+		a.tellEnded()
 	}
 }
 
@@ -201,7 +200,23 @@ func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
 		_, _ = proxy.Pipe(client, up, nil)
 	}()
 	_, _ = proxy.Pipe(up, client, req.Reader)
+	// The client has sent its last byte: most often it has closed its
+	// socket, so its fd is likely the one its next connection gets. Say so
+	// now, not when the tunnel has wound down (TestEndToldAtClientEOF): a
+	// client's next connection often arrives before that.
+	a.tellEnded()
 	<-back
+}
+
+// tellEnded tells the resolver, once, that the client's connection has
+// ended: its fd is likely the one its next connection gets (identity's
+// guess.go).
+func (a *connActor) tellEnded() {
+	if a.endTold || a.b.ender == nil || a.who.Socket == 0 {
+		return
+	}
+	a.endTold = true
+	a.b.ender.Ended(a.who)
 }
 
 // deny answers 403 and records the denial.

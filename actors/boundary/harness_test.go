@@ -63,6 +63,8 @@ type env struct {
 	dns      string // DNS address (UDP and TCP)
 	echoPort int
 	webPort  int
+	holdPort int    // "hold.test": reads until EOF, then holds the connection open
+	release  func() // closes the connections hold.test holds
 	dir      string
 }
 
@@ -80,6 +82,7 @@ func startEnv(t testing.TB, o envOpts) *env {
 	e := &env{faults: fault.NewSet(), audit: &recorder{}, dir: t.TempDir()}
 	e.echoPort = startEcho(t)
 	e.webPort = startWeb(t)
+	e.holdPort, e.release = startHold(t)
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -94,6 +97,7 @@ network_policies:
       - { host: up.test, port: %[1]d }
       - { host: web.test, port: %[2]d }
       - { host: "*.wild.test", port: %[2]d }
+      - { host: hold.test, port: %[4]d }
     binaries:
       - { path: %[3]q }
       - { path: /usr/bin/curl }
@@ -103,14 +107,14 @@ network_policies:
       - { host: curlonly.test, port: %[2]d }
     binaries:
       - { path: /usr/bin/curl }
-`, e.echoPort, e.webPort, exe)
+`, e.echoPort, e.webPort, exe, e.holdPort)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	e.engine = policy.NewEngine(policy.WithFaults(e.faults), policy.WithLogger(log))
 	if _, err := e.engine.Load("test-policy.yaml", []byte(pol)); err != nil {
 		t.Fatalf("load policy: %v", err)
 	}
 	hostsFile := filepath.Join(e.dir, "hosts")
-	hosts := "127.0.0.1 up.test web.test curlonly.test denied.test a.wild.test\n169.254.169.254 metadata.test\n"
+	hosts := "127.0.0.1 up.test web.test curlonly.test denied.test a.wild.test hold.test\n169.254.169.254 metadata.test\n"
 	if err := os.WriteFile(hostsFile, []byte(hosts), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +180,25 @@ network_policies:
 
 // startEcho starts a TCP echo server that echoes until EOF, then closes.
 func startEcho(t testing.TB) int {
+	return serveEach(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// startHold starts a TCP server that reads each connection until EOF and
+// then holds it open until release is called or the test ends: a tunnel
+// to it outlives its client's half-close.
+func startHold(t testing.TB) (port int, release func()) {
+	done := make(chan struct{})
+	release = sync.OnceFunc(func() { close(done) })
+	t.Cleanup(release)
+	return serveEach(t, func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c)
+		<-done
+	}), release
+}
+
+// serveEach listens on a loopback port until the test ends and runs
+// handle on each connection in its own goroutine, closing it after.
+func serveEach(t testing.TB, handle func(net.Conn)) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -190,7 +213,7 @@ func startEcho(t testing.TB) int {
 			}
 			go func() {
 				defer c.Close()
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()

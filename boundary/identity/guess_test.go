@@ -69,7 +69,8 @@ func TestGuessReusedFd(t *testing.T) {
 // TestScanOrder: fds seen freed (their connection ended) and fds never
 // seen first, lowest first; then connections still open (the one resolved
 // or read the longest ago first), then sockets waiting for their lookup,
-// then non-sockets. Guesses are the freed ones, or else the one open.
+// then non-sockets. Guesses follow that order, freed and open sockets
+// only, after the fd where a read saw the socket looked for.
 func TestScanOrder(t *testing.T) {
 	var s resolvedSet
 	h := &procHandle{fds: map[int]fdMemo{}}
@@ -90,15 +91,29 @@ func TestScanOrder(t *testing.T) {
 	if want := []int{7, 9, 3, 5, 4, 0}; !slices.Equal(got, want) {
 		t.Fatalf("scan order %v, want %v", got, want)
 	}
-	if g := h.guesses(&s, 2); !slices.Equal(g, []int{7}) {
-		t.Fatalf("guesses %v, want [7]", g)
+	// Guesses: the ended connection's fd, then the open ones, the one read
+	// the longest ago first; the socket's own fd on top when a read saw it.
+	for _, c := range []struct {
+		n      int
+		target uint32
+		want   []int
+	}{
+		{n: 3, target: 999, want: []int{7, 3, 5}},
+		{n: 2, target: 999, want: []int{7, 3}},
+		{n: 1, target: 999, want: []int{7}},
+		{n: 2, target: 300, want: []int{4, 7, 3}}, // a read saw 300 at fd 4
+		{n: 2, target: 100, want: []int{5, 7, 3}}, // and 100 at fd 5
+	} {
+		if g := h.guesses(&s, c.n, c.target); !slices.Equal(g, c.want) {
+			t.Errorf("guesses(n=%d, target %d) = %v, want %v", c.n, c.target, g, c.want)
+		}
 	}
-	delete(h.fds, 7) // no connection ended, two open: no guess
-	if g := h.guesses(&s, 2); len(g) != 0 {
-		t.Fatalf("guesses with two connections open and none ended %v, want none", g)
+	delete(h.fds, 7) // no connection ended: the open ones
+	if g := h.guesses(&s, 6, 999); !slices.Equal(g, []int{3, 5}) {
+		t.Fatalf("guesses with two connections open and none ended %v, want [3 5]", g)
 	}
-	delete(h.fds, 5) // one open: its fd
-	if g := h.guesses(&s, 2); !slices.Equal(g, []int{3}) {
-		t.Fatalf("guesses with one connection open %v, want [3]", g)
+	clear(h.fds) // nothing known: no guess
+	if g := h.guesses(&s, 6, 999); len(g) != 0 {
+		t.Fatalf("guesses with nothing known %v, want none", g)
 	}
 }
