@@ -156,51 +156,72 @@ func (h *procHandle) keys(fds []int, s *resolvedSet) []fdKey {
 			keys[i].class, keys[i].seq = fdResolved, checked[i]
 		}
 	}
-	slices.SortFunc(keys, func(a, b fdKey) int {
-		if a.class != b.class {
-			return int(a.class) - int(b.class)
-		}
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return a.fd - b.fd
-	})
+	slices.SortFunc(keys, compareKeys)
 	return keys
 }
 
-// guesses returns up to n fds of h where the socket target most likely
-// is, in the order the comment at the top of this file gives; the fd
-// where a read saw target comes on top of the n.
-func (h *procHandle) guesses(s *resolvedSet, n int, target uint32) []int {
-	h.fdMu.Lock()
-	var fds []int
+// compareKeys orders fds for a scan: by class, then the one read the
+// longest ago, then the lowest.
+func compareKeys(a, b fdKey) int {
+	if a.class != b.class {
+		return int(a.class) - int(b.class)
+	}
+	switch {
+	case a.seq < b.seq:
+		return -1
+	case a.seq > b.seq:
+		return 1
+	}
+	return a.fd - b.fd
+}
+
+// guesses appends to dst up to n fds of h where the socket target most
+// likely is, in the order the comment at the top of this file gives (the
+// order of keys, freed and open sockets only); the fd where a read saw
+// target comes first, on top of the n. It runs on every lookup of a
+// recent owner, so it keeps to the stack for a client of up to 64 fds.
+func (h *procHandle) guesses(dst []int, s *resolvedSet, n int, target uint32) []int {
+	type memo struct {
+		fd      int
+		inode   uint32
+		checked uint64
+	}
+	var (
+		memoBuf [64]memo
+		keyBuf  [64]fdKey
+	)
+	memos := memoBuf[:0]
 	seen := -1
+	h.fdMu.Lock()
 	for fd, m := range h.fds {
 		switch {
 		case m.inode == target && target != 0:
 			seen = fd
 		case m.inode != 0:
-			fds = append(fds, fd)
+			memos = append(memos, memo{fd: fd, inode: m.inode, checked: m.checked})
 		}
 	}
 	h.fdMu.Unlock()
-	var out []int
+	keys := keyBuf[:0]
+	s.mu.Lock()
+	for _, m := range memos {
+		switch ended, resolved := s.ended[m.inode]; {
+		case !resolved: // waiting for its lookup: the fd is unchanged
+		case ended:
+			keys = append(keys, fdKey{fd: m.fd, class: fdFree, ended: true})
+		default:
+			keys = append(keys, fdKey{fd: m.fd, class: fdResolved, seq: m.checked})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(keys, compareKeys)
 	if seen >= 0 {
-		out = append(out, seen)
-		n++
+		dst = append(dst, seen)
 	}
-	for _, k := range h.keys(fds, s) {
-		if len(out) == n {
-			break
-		}
-		if k.ended || k.class == fdResolved {
-			out = append(out, k.fd)
-		}
+	for _, k := range keys[:min(n, len(keys))] {
+		dst = append(dst, k.fd)
 	}
-	return out
+	return dst
 }
 
 // guess reads the fds of pid's held handle that most likely hold a new
@@ -211,7 +232,8 @@ func (p procFS) guess(pid int, target uint32) (int, *procHandle) {
 	if h == nil {
 		return -1, nil
 	}
-	for _, fd := range h.guesses(&p.t.resolved, maxGuesses, target) {
+	var buf [maxGuesses + 1]int
+	for _, fd := range h.guesses(buf[:0], &p.t.resolved, maxGuesses, target) {
 		var link [64]byte
 		n, err := unix.Readlinkat(h.dir, "fd/"+strconv.Itoa(fd), link[:])
 		ino, ok := uint32(0), false

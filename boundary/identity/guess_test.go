@@ -104,16 +104,16 @@ func TestScanOrder(t *testing.T) {
 		{n: 2, target: 300, want: []int{4, 7, 3}}, // a read saw 300 at fd 4
 		{n: 2, target: 100, want: []int{5, 7, 3}}, // and 100 at fd 5
 	} {
-		if g := h.guesses(&s, c.n, c.target); !slices.Equal(g, c.want) {
+		if g := h.guesses(nil, &s, c.n, c.target); !slices.Equal(g, c.want) {
 			t.Errorf("guesses(n=%d, target %d) = %v, want %v", c.n, c.target, g, c.want)
 		}
 	}
 	delete(h.fds, 7) // no connection ended: the open ones
-	if g := h.guesses(&s, 6, 999); !slices.Equal(g, []int{3, 5}) {
+	if g := h.guesses(nil, &s, 6, 999); !slices.Equal(g, []int{3, 5}) {
 		t.Fatalf("guesses with two connections open and none ended %v, want [3 5]", g)
 	}
 	clear(h.fds) // nothing known: no guess
-	if g := h.guesses(&s, 6, 999); len(g) != 0 {
+	if g := h.guesses(nil, &s, 6, 999); len(g) != 0 {
 		t.Fatalf("guesses with nothing known %v, want none", g)
 	}
 }
