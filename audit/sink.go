@@ -107,7 +107,8 @@ func (l LogSink) record(log zerolog.Logger, e *Event) bool {
 	if !ev.Enabled() {
 		return false
 	}
-	ev.Str("component", "audit").Msg(e.Line())
+	var line [256]byte // most lines fit: one allocation, the string
+	ev.Str("component", "audit").Msg(string(e.AppendLine(line[:0])))
 	return true
 }
 
@@ -121,6 +122,7 @@ func (l LogSink) RecordBatch(events []Event) {
 		return
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(events) * 320) // a JSON log line is ~250-300 bytes: one allocation
 	log, n := l.Log.Output(&buf), 0
 	for i := range events {
 		if l.record(log, &events[i]) {

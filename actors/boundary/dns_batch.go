@@ -266,7 +266,8 @@ func (a *dnsBatchActor) answer(ctx context.Context, r *queryRun) {
 	if r.wq, r.parsed = dnsproxy.ParseQuery(q.pkt); r.parsed {
 		out, o, pending := a.answerer.AnswerPacket(ctx, q.pkt, &r.wq, bt.out)
 		if pending {
-			a.handoff(r, &o)
+			held := o // only a handed-off outcome goes to the heap
+			a.handoff(r, &held)
 			return
 		}
 		bt.out = out
