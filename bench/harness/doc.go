@@ -3,7 +3,8 @@
 //
 // Run (bench/cmd/benchtable) builds stockade and the load generator,
 // starts stockade's standalone boundary and its peers (tinyproxy for the
-// HTTP CONNECT proxy, dnsmasq for DNS) on 127.0.0.1 and, as root, a
+// HTTP CONNECT proxy, dnsmasq for DNS, and gofloor, a minimal Go CONNECT
+// proxy, for the CPU a Go proxy costs at least) on 127.0.0.1 and, as root, a
 // gateway with one sandbox whose workload runs the loads inside it
 // through its supervisor's boundary; it reads each server's RSS idle and
 // with 1,000 tunnels held open, runs every measurement several times

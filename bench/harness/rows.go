@@ -159,7 +159,33 @@ func (h *harness) tunnelRows(c int) []Row {
 		Target:   "<= tinyproxy's",
 		Verdict:  verdict(haveCmp && sk.cpuT > 0 && tp.cpuT > 0, sk.cpuT <= tp.cpuT),
 	}
-	return []Row{rate, added, p99, cpu}
+	rows := []Row{rate, added, p99, cpu}
+	if h.gofloor != nil && h.gofloor.why == "" {
+		rows = append(rows, h.floorRow(c, sk, tp))
+	}
+	return rows
+}
+
+// floorRow compares the boundary's CPU per tunnel with gofloor's (a
+// minimal Go CONNECT proxy: bench/cmd/gofloor), and gofloor's with
+// tinyproxy's: what the boundary's own path costs, and what Go's runtime
+// and net package cost against a C proxy. No target: it explains the
+// CPU row.
+func (h *harness) floorRow(c int, sk, tp tunnelStats) Row {
+	gf := h.tunnelStats(h.gofloor, c)
+	if gf.errors > 0 {
+		h.note("%s c=%d: %d failed tunnels over %d run(s) %v; first: %s", h.gofloor.name, c, gf.errors, gf.runs, gf.kinds, gf.first)
+	}
+	r := Row{
+		Name:     fmt.Sprintf("server CPU per tunnel c=%d vs the Go floor", c),
+		Stockade: cell(h.stockade, sk.runs, fmtCPU(sk)),
+		Peer:     cell(h.gofloor, gf.runs, withErr(gf, fmtCPU(gf)+" gofloor at "+fmtRate(gf.rate)+"/s")),
+		Ratio:    fmtRatio(sk.cpuT, gf.cpuT),
+	}
+	if gf.runs > 0 && tp.runs > 0 && gf.cpuT > 0 && tp.cpuT > 0 {
+		r.Ratio += fmt.Sprintf(" (gofloor/tinyproxy %.2fx)", gf.cpuT/tp.cpuT)
+	}
+	return r
 }
 
 // fmtCPU is a CPU-per-tunnel cell: the total, then the part in user mode
@@ -554,6 +580,9 @@ func (h *harness) header() []string {
 			"dnsmasq runs with no upstream, so unlisted names get REFUSED from both.", h.cfg.DNSNames, h.cfg.DNSNames),
 		"CPU = utime+stime of the server process from /proc/PID/stat (10 ms ticks) over the measurement; " +
 			"\"(user X)\" is the utime part (the process's own code; the rest, stime, is the kernel's work for its system calls).",
+		"Go floor rows: gofloor (bench/cmd/gofloor) is a CONNECT proxy in Go with nothing of the boundary's path (no identity, " +
+			"policy, actors or audit; a goroutine per connection, net's splice relays), run in the same rounds to 127.0.0.1:PORT; " +
+			"ratio: stockade/gofloor, then gofloor/tinyproxy.",
 	}
 	if h.sandbox.why != sandboxOff {
 		fixed = append(fixed, fmt.Sprintf("sandbox rows: a gateway (`stockade gateway run`, its own state dir, --allow-loopback-upstream, --hosts as above) "+

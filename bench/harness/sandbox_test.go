@@ -71,6 +71,7 @@ func fakeHarness(sandboxWhy string) *harness {
 		tinyproxy: &system{name: "tinyproxy"},
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct"},
+		gofloor:   &system{name: "gofloor"},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
@@ -80,6 +81,7 @@ func fakeHarness(sandboxWhy string) *harness {
 	h.tunnels["stockade/c=16"] = run(5000, 2*time.Millisecond, time.Second)           // 100µs per tunnel
 	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
 	h.tunnels["direct/c=16"] = run(10000, time.Millisecond, 0)
+	h.tunnels["gofloor/c=16"] = run(6000, 2*time.Millisecond, 600*time.Millisecond) // 50µs
 	h.bulk["stockade"] = []loadgen.BulkResult{{MBps: 1500}}
 	h.bulk["tinyproxy"] = []loadgen.BulkResult{{MBps: 400}}
 	h.bulk["direct"] = []loadgen.BulkResult{{MBps: 2000}}
@@ -102,6 +104,25 @@ func rowByName(t *testing.T, rows []Row, name string) Row {
 	}
 	t.Fatalf("no row %q in %v", name, rows)
 	return Row{}
+}
+
+// TestFloorRow: the boundary's CPU per tunnel against gofloor's, then
+// gofloor's against tinyproxy's; no row when gofloor did not run.
+func TestFloorRow(t *testing.T) {
+	h := fakeHarness("")
+	r := rowByName(t, h.networkRows(), "server CPU per tunnel c=16 vs the Go floor")
+	if r.Stockade != "100.0µs (user 25.0µs)" || r.Peer != "50.0µs (user 12.5µs) gofloor at 6000/s" ||
+		r.Ratio != "2.00x (gofloor/tinyproxy 0.50x)" || r.Target != "" || r.Verdict != Info {
+		t.Fatalf("floor row %+v", r)
+	}
+	h = fakeHarness("")
+	h.gofloor.why = "not serving"
+	delete(h.tunnels, "gofloor/c=16")
+	for _, r := range h.networkRows() {
+		if strings.Contains(r.Name, "Go floor") {
+			t.Fatalf("a row for a gofloor that did not run: %+v", r)
+		}
+	}
 }
 
 func TestSandboxRows(t *testing.T) {

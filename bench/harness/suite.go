@@ -105,12 +105,17 @@ type harness struct {
 	dir      string
 	srvs     *servers
 	loadgen  string
+	floorBin string // the gofloor binary
 	echoPort int
 	sinkPort int
 	files    files
 
 	stockade, sandbox, tinyproxy, dnsmasq, direct *system
-	gw                                            *gatewayRun // the sandbox's gateway; nil when not started
+	// gofloor is a minimal Go CONNECT proxy (bench/cmd/gofloor): the CPU
+	// per tunnel of Go's runtime and net package, without the boundary's
+	// path. It runs the tunnels loads only.
+	gofloor *system
+	gw      *gatewayRun // the sandbox's gateway; nil when not started
 
 	tunnels map[string][]tunnelRun // by system/c
 	bulk    map[string][]loadgen.BulkResult
@@ -156,6 +161,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		tinyproxy: &system{name: "tinyproxy", host: "127.0.0.1"},
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct", host: "127.0.0.1"},
+		gofloor:   &system{name: "gofloor", host: "127.0.0.1"},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
@@ -193,7 +199,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.startUpstream(ctx, 4*time.Hour); err != nil {
 		return err
 	}
-	ports := make([]int, 4)
+	ports := make([]int, 5)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -201,7 +207,7 @@ func (h *harness) setup(ctx context.Context) error {
 		}
 		ports[i] = p
 	}
-	tpPort, dmPort, skProxy, skDNS := ports[0], ports[1], ports[2], ports[3]
+	tpPort, dmPort, skProxy, skDNS, gfPort := ports[0], ports[1], ports[2], ports[3], ports[4]
 	h.files, err = writeFiles(fileParams{
 		dir: h.dir, names: h.cfg.DNSNames, echoPort: h.echoPort, sinkPort: h.sinkPort,
 		binary: h.cfg.Binary, tinyproxyPort: tpPort,
@@ -213,6 +219,8 @@ func (h *harness) setup(ctx context.Context) error {
 	h.startServer(ctx, h.tinyproxy, h.tools.Path["tinyproxy"], "-d", "-c", h.files.tinyproxy)
 	h.dnsmasq.dns = fmt.Sprintf("127.0.0.1:%d", dmPort)
 	h.startServer(ctx, h.dnsmasq, h.tools.Path["dnsmasq"], dnsmasqArgs(dmPort, h.files.hosts)...)
+	h.gofloor.proxy = fmt.Sprintf("127.0.0.1:%d", gfPort)
+	h.startServer(ctx, h.gofloor, h.floorBin, "-listen", h.gofloor.proxy)
 	if h.stockade.why == "" {
 		h.startStockade(ctx, stockadeBin, skProxy, skDNS)
 	}
@@ -256,6 +264,10 @@ func (h *harness) build(ctx context.Context) (string, error) {
 	log.Info().Msg("building loadgen")
 	if _, err := runCmdEnv(ctx, h.cfg.RepoDir, []string{"CGO_ENABLED=0"}, h.tools.Path["go"], "build", "-o", h.loadgen, "./bench/cmd/loadgen"); err != nil {
 		return "", fmt.Errorf("build loadgen: %w", err)
+	}
+	h.floorBin = filepath.Join(h.dir, "gofloor")
+	if _, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "build", "-o", h.floorBin, "./bench/cmd/gofloor"); err != nil {
+		return "", fmt.Errorf("build gofloor: %w", err)
 	}
 	stockadeBin := h.cfg.Stockade
 	if stockadeBin == "" {
@@ -435,10 +447,11 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
 	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct}
+	tunnelers := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
-			for _, s := range usable(proxies) {
+			for _, s := range usable(tunnelers) {
 				cpu0 := s.cpu()
 				res, err := h.runTunnels(ctx, s, c, d)
 				if h.failure(ctx, s, "tunnels", err) {
