@@ -55,6 +55,18 @@ func TestLogSinkBatchOneWrite(t *testing.T) {
 		t.Fatalf("batched lines:\n%s\nwant (3 lines, as Record writes them):\n%s", got, want)
 	}
 
+	// With lent buffers: the same lines, batch after batch (a lent buffer
+	// comes back empty).
+	pooled := batched
+	pooled.Bufs = &Bufs{}
+	for i := range 3 {
+		out.calls = nil
+		pooled.RecordBatch(batch)
+		if len(out.calls) != 1 || string(out.calls[0]) != one.String() {
+			t.Fatalf("batch %d with lent buffers: %d calls, lines:\n%s\nwant:\n%s", i, len(out.calls), bytes.Join(out.calls, nil), one.String())
+		}
+	}
+
 	allowed := []Event{NewDecision(ClassDNS, true, reason.None), NewDecision(ClassDNS, true, reason.None)}
 	out.calls = nil
 	batched.RecordBatch(allowed)

@@ -46,7 +46,7 @@ func Upstreams(hostsFile, dnsUpstream string) (dnsproxy.Upstream, proxy.Resolver
 // set here); with a file, allowed decisions reach the log at debug level
 // only (the file has them all; the log keeps the denials). The returned function stops the boundary and closes the file.
 func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
-	sinks := audit.Multi{audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != "", Out: cfg.LogOut}}
+	sinks := audit.Multi{audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != "", Out: cfg.LogOut, Bufs: &audit.Bufs{}}}
 	var af *audit.File
 	if auditFile != "" {
 		var err error
