@@ -182,7 +182,7 @@ func (h *harness) floorRow(c int, sk, tp tunnelStats) Row {
 		Peer:     cell(h.gofloor, gf.runs, withErr(gf, fmtCPU(gf)+" gofloor at "+fmtRate(gf.rate)+"/s")),
 		Ratio:    fmtRatio(sk.cpuT, gf.cpuT),
 	}
-	if gf.runs > 0 && tp.runs > 0 && gf.cpuT > 0 && tp.cpuT > 0 {
+	if r.Ratio != "" && tp.runs > 0 && tp.cpuT > 0 {
 		r.Ratio += fmt.Sprintf(" (gofloor/tinyproxy %.2fx)", gf.cpuT/tp.cpuT)
 	}
 	return r
@@ -285,7 +285,7 @@ func (h *harness) bulkRows() []Row {
 	tp, tpN := h.bulkMBps(h.tinyproxy)
 	d, dN := h.bulkMBps(h.direct)
 	skCell := cell(h.stockade, skN, fmtRate(sk))
-	return []Row{{
+	rows := []Row{{
 		Name: "bulk MB/s, 1 tunnel", Stockade: skCell,
 		Peer:   cell(h.tinyproxy, tpN, fmtRate(tp)+" tinyproxy"),
 		Direct: cell(h.direct, dN, fmtRate(d)),
@@ -297,6 +297,27 @@ func (h *harness) bulkRows() []Row {
 		Ratio:  fmtRatio(sk, d), Target: fmt.Sprintf(">= %gx direct", bulkVsDirect),
 		Verdict: verdict(skN > 0 && dN > 0, sk >= bulkVsDirect*d),
 	}}
+	if h.gofloor != nil && h.gofloor.why == "" {
+		rows = append(rows, h.floorBulkRow(skCell, sk, d, dN))
+	}
+	return rows
+}
+
+// floorBulkRow compares the boundary's bulk rate with gofloor's, and
+// gofloor's with direct: what one tunnel through a Go splice relay gets at
+// best on this machine. No target: it explains the row against direct.
+func (h *harness) floorBulkRow(skCell string, sk, d float64, dN int) Row {
+	gf, gfN := h.bulkMBps(h.gofloor)
+	r := Row{
+		Name: "bulk MB/s vs the Go floor", Stockade: skCell,
+		Peer:   cell(h.gofloor, gfN, fmtRate(gf)+" gofloor"),
+		Direct: cell(h.direct, dN, fmtRate(d)),
+		Ratio:  fmtRatio(sk, gf),
+	}
+	if r.Ratio != "" && dN > 0 && d > 0 {
+		r.Ratio += fmt.Sprintf(" (gofloor/direct %.2fx)", gf/d)
+	}
+	return r
 }
 
 // sandboxBulkRows are the bulk rows of the sandbox's supervisor.
@@ -582,7 +603,7 @@ func (h *harness) header() []string {
 			"\"(user X)\" is the utime part (the process's own code; the rest, stime, is the kernel's work for its system calls).",
 		"Go floor rows: gofloor (bench/cmd/gofloor) is a CONNECT proxy in Go with nothing of the boundary's path (no identity, " +
 			"policy, actors or audit; a goroutine per connection, net's splice relays), run in the same rounds to 127.0.0.1:PORT; " +
-			"ratio: stockade/gofloor, then gofloor/tinyproxy.",
+			"ratio: stockade/gofloor, then gofloor/tinyproxy (CPU) or gofloor/direct (bulk).",
 	}
 	if h.sandbox.why != sandboxOff {
 		fixed = append(fixed, fmt.Sprintf("sandbox rows: a gateway (`stockade gateway run`, its own state dir, --allow-loopback-upstream, --hosts as above) "+

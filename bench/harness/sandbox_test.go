@@ -82,6 +82,7 @@ func fakeHarness(sandboxWhy string) *harness {
 	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
 	h.tunnels["direct/c=16"] = run(10000, time.Millisecond, 0)
 	h.tunnels["gofloor/c=16"] = run(6000, 2*time.Millisecond, 600*time.Millisecond) // 50µs
+	h.bulk["gofloor"] = []loadgen.BulkResult{{MBps: 1200}}
 	h.bulk["stockade"] = []loadgen.BulkResult{{MBps: 1500}}
 	h.bulk["tinyproxy"] = []loadgen.BulkResult{{MBps: 400}}
 	h.bulk["direct"] = []loadgen.BulkResult{{MBps: 2000}}
@@ -107,7 +108,8 @@ func rowByName(t *testing.T, rows []Row, name string) Row {
 }
 
 // TestFloorRow: the boundary's CPU per tunnel against gofloor's, then
-// gofloor's against tinyproxy's; no row when gofloor did not run.
+// gofloor's against tinyproxy's, and its bulk rate against gofloor's, then
+// gofloor's against direct; no such rows when gofloor did not run.
 func TestFloorRow(t *testing.T) {
 	h := fakeHarness("")
 	r := rowByName(t, h.networkRows(), "server CPU per tunnel c=16 vs the Go floor")
@@ -115,9 +117,14 @@ func TestFloorRow(t *testing.T) {
 		r.Ratio != "2.00x (gofloor/tinyproxy 0.50x)" || r.Target != "" || r.Verdict != Info {
 		t.Fatalf("floor row %+v", r)
 	}
+	b := rowByName(t, h.networkRows(), "bulk MB/s vs the Go floor")
+	if b.Stockade != "1500" || b.Peer != "1200 gofloor" || b.Direct != "2000" || b.Ratio != "1.25x (gofloor/direct 0.60x)" || b.Verdict != Info {
+		t.Fatalf("bulk floor row %+v", b)
+	}
 	h = fakeHarness("")
 	h.gofloor.why = "not serving"
 	delete(h.tunnels, "gofloor/c=16")
+	delete(h.bulk, "gofloor")
 	for _, r := range h.networkRows() {
 		if strings.Contains(r.Name, "Go floor") {
 			t.Fatalf("a row for a gofloor that did not run: %+v", r)

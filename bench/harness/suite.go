@@ -111,9 +111,9 @@ type harness struct {
 	files    files
 
 	stockade, sandbox, tinyproxy, dnsmasq, direct *system
-	// gofloor is a minimal Go CONNECT proxy (bench/cmd/gofloor): the CPU
-	// per tunnel of Go's runtime and net package, without the boundary's
-	// path. It runs the tunnels loads only.
+	// gofloor is a minimal Go CONNECT proxy (bench/cmd/gofloor): what Go's
+	// runtime and net package cost without the boundary's path. It runs
+	// the tunnels and bulk loads.
 	gofloor *system
 	gw      *gatewayRun // the sandbox's gateway; nil when not started
 
@@ -446,12 +446,11 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 // recorded, not fatal.
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
-	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct}
-	tunnelers := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
+	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
-			for _, s := range usable(tunnelers) {
+			for _, s := range usable(proxies) {
 				cpu0 := s.cpu()
 				res, err := h.runTunnels(ctx, s, c, d)
 				if h.failure(ctx, s, "tunnels", err) {
