@@ -13,14 +13,14 @@ import (
 // kernel's rule), most often the fd of a connection it has finished: one
 // this boundary resolved, whose tunnel has ended (Netlink.Ended) or is
 // about to (the client closed it before this boundary saw the end). So,
-// before listing a recent owner's fds, a lookup reads first an fd where an
-// earlier read saw the very socket it looks for (many clients connecting
-// at once: one lookup's reads pass the sockets the next ones look for),
-// then the fds whose connection ended, lowest first, then those of
-// connections still open, the one read the longest ago first. A hit is
-// exact (the link is read through the held handle of that very process);
-// a miss falls back to the full scan, which reads first the fds most
-// likely to have changed.
+// before listing a recent owner's fds, a lookup reads the fds whose
+// connection ended, lowest first, then those of connections still open,
+// the one read the longest ago first. A hit is exact (the link is read
+// through the held handle of that very process); a miss falls back to the
+// full scan, which reads first the fds most likely to have changed. Every
+// socket a guess reads goes to the owner cache, as a scan's do: with many
+// clients connecting at once, one lookup's reads pass the sockets the next
+// ones look for.
 
 // maxGuesses bounds the fds read before listing a recent owner's fds. At
 // 16 clients of one process, 6 guesses leave about one lookup in 17 to a
@@ -175,12 +175,11 @@ func compareKeys(a, b fdKey) int {
 	return a.fd - b.fd
 }
 
-// guesses appends to dst up to n fds of h where the socket target most
-// likely is, in the order the comment at the top of this file gives (the
-// order of keys, freed and open sockets only); the fd where a read saw
-// target comes first, on top of the n. It runs on every lookup of a
-// recent owner, so it keeps to the stack for a client of up to 64 fds.
-func (h *procHandle) guesses(dst []int, s *resolvedSet, n int, target uint32) []int {
+// guesses appends to dst up to n fds of h where a new socket most likely
+// is, in the order the comment at the top of this file gives (the order of
+// keys, freed and open sockets only). It runs on every lookup of a recent
+// owner, so it keeps to the stack for a client of up to 64 fds.
+func (h *procHandle) guesses(dst []int, s *resolvedSet, n int) []int {
 	type memo struct {
 		fd      int
 		inode   uint32
@@ -191,13 +190,9 @@ func (h *procHandle) guesses(dst []int, s *resolvedSet, n int, target uint32) []
 		keyBuf  [64]fdKey
 	)
 	memos := memoBuf[:0]
-	seen := -1
 	h.fdMu.Lock()
 	for fd, m := range h.fds {
-		switch {
-		case m.inode == target && target != 0:
-			seen = fd
-		case m.inode != 0:
+		if m.inode != 0 {
 			memos = append(memos, memo{fd: fd, inode: m.inode, checked: m.checked})
 		}
 	}
@@ -215,9 +210,6 @@ func (h *procHandle) guesses(dst []int, s *resolvedSet, n int, target uint32) []
 	}
 	s.mu.Unlock()
 	slices.SortFunc(keys, compareKeys)
-	if seen >= 0 {
-		dst = append(dst, seen)
-	}
 	for _, k := range keys[:min(n, len(keys))] {
 		dst = append(dst, k.fd)
 	}
@@ -226,14 +218,15 @@ func (h *procHandle) guesses(dst []int, s *resolvedSet, n int, target uint32) []
 
 // guess reads the fds of pid's held handle that most likely hold a new
 // socket (guesses) and returns the one holding target with the handle,
-// acquired (the caller releases it), or -1 and nil.
-func (p procFS) guess(pid int, target uint32) (int, *procHandle) {
+// acquired (the caller releases it), or -1 and nil. It tells seen of
+// every socket it reads, as a scan does.
+func (p procFS) guess(pid int, target uint32, seen func(inode uint32, ref fdRef)) (int, *procHandle) {
 	h := p.t.peek(pid)
 	if h == nil {
 		return -1, nil
 	}
-	var buf [maxGuesses + 1]int
-	for _, fd := range h.guesses(buf[:0], &p.t.resolved, maxGuesses, target) {
+	var buf [maxGuesses]int
+	for _, fd := range h.guesses(buf[:0], &p.t.resolved, maxGuesses) {
 		var link [64]byte
 		n, err := unix.Readlinkat(h.dir, "fd/"+strconv.Itoa(fd), link[:])
 		ino, ok := uint32(0), false
@@ -241,6 +234,9 @@ func (p procFS) guess(pid int, target uint32) (int, *procHandle) {
 			ino, ok = socketInode(link[:n])
 		}
 		h.remember(fd, ino, err == nil, p.t.resolved.now())
+		if ok {
+			seen(ino, fdRef{pid: pid, fd: fd})
+		}
 		if ok && ino == target {
 			return fd, h
 		}

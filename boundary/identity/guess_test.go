@@ -26,7 +26,8 @@ func fdOf(t *testing.T, c net.Conn) int {
 
 // TestGuessReusedFd: a client's new socket at the fd of a connection it
 // finished is found by the guess, through the held handle; a guess never
-// names an fd that does not hold the socket asked for.
+// names an fd that does not hold the socket asked for, and notes in the
+// owner cache the sockets it read.
 func TestGuessReusedFd(t *testing.T) {
 	ln := listen(t, "tcp4", "127.0.0.1:0")
 	r := newResolver(t)
@@ -55,13 +56,22 @@ func TestGuessReusedFd(t *testing.T) {
 	if err := syscall.Fstat(f1, &st); err != nil {
 		t.Fatal(err)
 	}
-	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino)); fd != f1 || h == nil {
+	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino), r.cache.note); fd != f1 || h == nil {
 		t.Fatalf("guess for the socket at fd %d: fd %d", f1, fd)
 	} else {
 		r.proc.t.release(h, false)
 	}
-	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino)+1); fd != -1 || h != nil {
+	// Resolved (so guessed again) and not in the owner cache: a guess for
+	// another socket reads it.
+	r.proc.t.resolved.mark(uint32(st.Ino))
+	r.cache.forget(uint32(st.Ino))
+	if fd, h := r.proc.guess(os.Getpid(), uint32(st.Ino)+1, r.cache.note); fd != -1 || h != nil {
 		t.Fatalf("guess for a socket nobody holds: fd %d", fd)
+	}
+	// What the missed guess read is in the owner cache, as a scan's reads
+	// are: the lookup of that socket starts from it.
+	if ref, ok := r.cache.get(uint32(st.Ino)); !ok || ref != (fdRef{pid: os.Getpid(), fd: f1}) {
+		t.Fatalf("owner cache after a guess read the socket at fd %d: %+v, %v", f1, ref, ok)
 	}
 	checkSelf(t, resolve(t, r, server2))
 }
@@ -70,7 +80,7 @@ func TestGuessReusedFd(t *testing.T) {
 // seen first, lowest first; then connections still open (the one resolved
 // or read the longest ago first), then sockets waiting for their lookup,
 // then non-sockets. Guesses follow that order, freed and open sockets
-// only, after the fd where a read saw the socket looked for.
+// only.
 func TestScanOrder(t *testing.T) {
 	var s resolvedSet
 	h := &procHandle{fds: map[int]fdMemo{}}
@@ -92,28 +102,21 @@ func TestScanOrder(t *testing.T) {
 		t.Fatalf("scan order %v, want %v", got, want)
 	}
 	// Guesses: the ended connection's fd, then the open ones, the one read
-	// the longest ago first; the socket's own fd on top when a read saw it.
-	for _, c := range []struct {
-		n      int
-		target uint32
-		want   []int
-	}{
-		{n: 3, target: 999, want: []int{7, 3, 5}},
-		{n: 2, target: 999, want: []int{7, 3}},
-		{n: 1, target: 999, want: []int{7}},
-		{n: 2, target: 300, want: []int{4, 7, 3}}, // a read saw 300 at fd 4
-		{n: 2, target: 100, want: []int{5, 7, 3}}, // and 100 at fd 5
-	} {
-		if g := h.guesses(nil, &s, c.n, c.target); !slices.Equal(g, c.want) {
-			t.Errorf("guesses(n=%d, target %d) = %v, want %v", c.n, c.target, g, c.want)
+	// the longest ago first; never a socket waiting for its lookup.
+	for n, want := range [][]int{1: {7}, 2: {7, 3}, 3: {7, 3, 5}, 6: {7, 3, 5}} {
+		if want == nil {
+			continue
+		}
+		if g := h.guesses(nil, &s, n); !slices.Equal(g, want) {
+			t.Errorf("guesses(n=%d) = %v, want %v", n, g, want)
 		}
 	}
 	delete(h.fds, 7) // no connection ended: the open ones
-	if g := h.guesses(nil, &s, 6, 999); !slices.Equal(g, []int{3, 5}) {
+	if g := h.guesses(nil, &s, 6); !slices.Equal(g, []int{3, 5}) {
 		t.Fatalf("guesses with two connections open and none ended %v, want [3 5]", g)
 	}
 	clear(h.fds) // nothing known: no guess
-	if g := h.guesses(nil, &s, 6, 999); len(g) != 0 {
+	if g := h.guesses(nil, &s, 6); len(g) != 0 {
 		t.Fatalf("guesses with nothing known %v, want none", g)
 	}
 }

@@ -354,7 +354,7 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 			if !slices.Contains(pids, pid) {
 				continue // no longer a candidate
 			}
-			if fd, held := r.proc.guess(pid, inode); held != nil {
+			if fd, held := r.proc.guess(pid, inode, r.cache.note); held != nil {
 				owner, h, cached = fdRef{pid: pid, fd: fd}, held, true
 				break
 			}
@@ -451,7 +451,7 @@ func (r *Netlink) owner(inode uint32) (fdRef, *procHandle, error) {
 	// generator). First the few fds where its new socket most likely is
 	// (guess.go), then all of its fds.
 	for _, pid := range r.cache.recent() {
-		if fd, h := r.proc.guess(pid, inode); h != nil {
+		if fd, h := r.proc.guess(pid, inode, r.cache.note); h != nil {
 			return fdRef{pid: pid, fd: fd}, h, nil
 		}
 	}

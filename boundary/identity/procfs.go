@@ -367,11 +367,22 @@ func (c *ownerCache) put(entries map[uint32]fdRef) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for inode, r := range entries {
-		if len(c.cur) >= cacheGeneration {
-			c.old, c.cur = c.cur, make(map[uint32]fdRef, cacheGeneration)
-		}
-		c.cur[inode] = r
+		c.putLocked(inode, r)
 	}
+}
+
+// note records one inode (what a guess read).
+func (c *ownerCache) note(inode uint32, r fdRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(inode, r)
+}
+
+func (c *ownerCache) putLocked(inode uint32, r fdRef) {
+	if len(c.cur) >= cacheGeneration {
+		c.old, c.cur = c.cur, make(map[uint32]fdRef, cacheGeneration)
+	}
+	c.cur[inode] = r
 }
 
 func (c *ownerCache) forget(inode uint32) {
