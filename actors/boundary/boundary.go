@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/dnsproxy"
 	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/proxy"
 )
 
 // Stats are the boundary's running totals.
@@ -50,6 +51,10 @@ type Boundary struct {
 	// ender is cfg.Identity when it wants to hear of ended connections
 	// (identity.Ender), else nil: asked once, not per connection.
 	ender identity.Ender
+	// readers lends the conn actors their request readers (1 KiB each,
+	// the largest allocation of a tunnel); a conn actor gives its reader
+	// back when it stops with no goroutine of its own still reading.
+	readers proxy.Readers
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener

@@ -64,6 +64,11 @@ type connActor struct {
 	answered bool // the client got its answer (or its tunnel)
 	relays   int  // relay goroutines still running
 	endTold  bool // the resolver was told the connection ended
+	// idle: no goroutine of this actor reads the request any more (serve
+	// returned with no relay running, or the last relay ended), so its
+	// reader goes back to the boundary's Readers when the actor stops.
+	// Not set after a failure: a relay goroutine may still be reading.
+	idle bool
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
@@ -73,17 +78,23 @@ func (a *connActor) Receive(ctx actor.Context) {
 		// Not deferred: after a panic the supervisor stops this actor, and a
 		// second stop would only make a dead letter.
 		if a.relays == 0 {
+			a.idle = true
 			ctx.Stop(ctx.Self())
 		}
 	case *relayDone:
 		a.relays--
 		if a.relays <= 0 {
+			a.idle = true
 			ctx.Stop(ctx.Self())
 		}
 	case *actor.Stopping:
 		a.cleanup()
 		a.b.live.remove(a.conn)
 		a.tellEnded()
+		if a.idle {
+			a.req.Release()
+			a.req = nil
+		}
 	}
 }
 
@@ -104,7 +115,7 @@ func (a *connActor) serve(ctx actor.Context) {
 		return
 	}
 	_ = a.conn.SetReadDeadline(time.Now().Add(cfg.HeaderTimeout))
-	req, err := proxy.ReadRequest(a.conn)
+	req, err := a.b.readers.ReadRequest(a.conn)
 	_ = a.conn.SetReadDeadline(time.Time{})
 	if err != nil {
 		a.answered = true

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -115,7 +116,7 @@ func (d *diagConn) lookup(src, dst netip.AddrPort) (diagResult, error) {
 // send, so EAGAIN is waited out only briefly (should the kernel ever defer).
 func (d *diagConn) recv() (int, error) {
 	for tries := 0; ; tries++ {
-		n, _, err := unix.Recvfrom(d.fd, d.buf[:], unix.MSG_DONTWAIT)
+		n, err := recvNoAddr(d.fd, d.buf[:], unix.MSG_DONTWAIT)
 		if err == nil {
 			return n, nil
 		}
@@ -216,4 +217,18 @@ func parseReply(b []byte, seq uint32) (res diagResult, done bool, err error) {
 		}
 	}
 	return res, false, nil
+}
+
+// recvNoAddr is recvfrom(2) without the sender's address: the datagrams
+// read here come from the kernel, and unix.Recvfrom allocates the address
+// it decodes on every call (two calls per lookup).
+func recvNoAddr(fd int, p []byte, flags int) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(flags), 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }

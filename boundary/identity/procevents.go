@@ -116,7 +116,7 @@ func (e *procEvents) selfCheck(wait time.Duration) error {
 	tid, pid := uint32(unix.Gettid()), uint32(os.Getpid())
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
-		n, _, err := unix.Recvfrom(e.fd, e.buf, 0)
+		n, err := recvNoAddr(e.fd, e.buf, 0)
 		if errors.Is(err, unix.EAGAIN) {
 			fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
 			_, _ = unix.Poll(fds, 10)
@@ -204,7 +204,7 @@ func (e *procEvents) sync(t *procTable, w eventWatcher) {
 			}
 			return
 		}
-		n, _, err := unix.Recvfrom(e.fd, e.buf, 0)
+		n, err := recvNoAddr(e.fd, e.buf, 0)
 		switch {
 		case err == nil:
 		case errors.Is(err, unix.EAGAIN):

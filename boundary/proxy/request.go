@@ -49,6 +49,8 @@ type Request struct {
 	// client may send its TLS hello early); the tunnel drains it first.
 	Reader *bufio.Reader
 	limit  *limitedReader
+	from   *Readers   // lent the reader, when not nil (Release)
+	rr     *reqReader // the lent reader
 }
 
 // BadRequestError is a malformed or unsupported request: answer 400.
@@ -90,14 +92,14 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // ReadRequest reads one proxy request from conn. The caller sets a read
 // deadline on conn beforehand. Malformed input yields *BadRequestError.
 func ReadRequest(conn net.Conn) (*Request, error) {
-	lr := &limitedReader{r: conn, n: MaxHeaderBytes, limited: true}
-	// 1 KiB holds a common header whole; longer lines still parse (net/http
-	// reads a line in pieces), and a forwarded body bypasses the buffer.
-	br := bufio.NewReaderSize(lr, 1024)
-	if req := readConnectFast(br, lr); req != nil {
+	return readWith((*Readers)(nil).get(conn))
+}
+
+func readWith(r *reqReader) (*Request, error) {
+	if req := readConnectFast(r.br, &r.lr); req != nil {
 		return req, nil
 	}
-	return readRequest(br, lr)
+	return readRequest(r.br, &r.lr)
 }
 
 // readConnectFast parses a CONNECT request whose whole header came in the
