@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -55,6 +56,27 @@ type Boundary struct {
 	// the largest allocation of a tunnel); a conn actor gives its reader
 	// back when it stops with no goroutine of its own still reading.
 	readers proxy.Readers
+	// lastIP is the text of the last client address an audit event named:
+	// a sandbox's clients come from one or two addresses, so an event
+	// reuses the string instead of formatting it again (ipText).
+	lastIP atomic.Pointer[ipText]
+}
+
+// ipText is an address and its text form.
+type ipText struct {
+	addr netip.Addr
+	text string
+}
+
+// ipString returns a.String(), reusing the last result for the same
+// address.
+func (b *Boundary) ipString(a netip.Addr) string {
+	if last := b.lastIP.Load(); last != nil && last.addr == a {
+		return last.text
+	}
+	t := &ipText{addr: a, text: a.String()}
+	b.lastIP.Store(t)
+	return t.text
 }
 
 // Start spawns the boundary actor (named "boundary") and its listener

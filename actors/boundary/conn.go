@@ -268,7 +268,7 @@ func (a *connActor) record(allowed bool, code reason.Code, policy, policyName st
 		e.Dst = &audit.Endpoint{Hostname: a.req.Host, Port: a.req.Port}
 	}
 	if ra := addrPort(a.conn.RemoteAddr()); ra.IsValid() {
-		e.Src = &audit.Endpoint{IP: ra.Addr().String(), Port: int(ra.Port())}
+		e.Src = &audit.Endpoint{IP: a.b.ipString(ra.Addr()), Port: int(ra.Port())}
 	}
 	e.Policy.Name, e.Policy.PolicyName, e.Policy.Version, e.Message = policy, policyName, version, msg
 	if a.b.cfg.Identity.Mode() == identity.ModeNone {

@@ -370,7 +370,7 @@ func (b *Boundary) queryEvent(from netip.AddrPort, out dnsproxy.Outcome) audit.E
 	e.Sandbox = b.cfg.Sandbox
 	e.Query = &audit.Query{Hostname: out.Name, Type: dns.TypeToString[out.QType], Rcode: dns.RcodeToString[out.Rcode]}
 	if from.IsValid() {
-		e.Src = &audit.Endpoint{IP: from.Addr().String(), Port: int(from.Port())}
+		e.Src = &audit.Endpoint{IP: b.ipString(from.Addr()), Port: int(from.Port())}
 	}
 	e.Policy.Name, e.Policy.PolicyName, e.Policy.Version, e.Message = out.Policy, out.PolicyName, out.Version, out.Message
 	if out.Err != nil && e.Message == "" {

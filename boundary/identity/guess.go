@@ -2,10 +2,7 @@ package identity
 
 import (
 	"slices"
-	"strconv"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Guessing a new socket's fd. A client that keeps opening connections (an
@@ -228,7 +225,7 @@ func (p procFS) guess(pid int, target uint32, seen func(inode uint32, ref fdRef)
 	var buf [maxGuesses]int
 	for _, fd := range h.guesses(buf[:0], &p.t.resolved, maxGuesses) {
 		var link [64]byte
-		n, err := unix.Readlinkat(h.dir, "fd/"+strconv.Itoa(fd), link[:])
+		n, err := readlinkFd(h.dir, "fd/", fd, link[:])
 		ino, ok := uint32(0), false
 		if err == nil {
 			ino, ok = socketInode(link[:n])

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -116,12 +117,31 @@ func (p procFS) fdHolds(ref fdRef, inode uint32) (*procHandle, bool) {
 // handleHolds reports whether fd of h's process is the socket with inode.
 func (p procFS) handleHolds(h *procHandle, fd int, inode uint32) bool {
 	var buf [64]byte
-	n, err := unix.Readlinkat(h.dir, "fd/"+strconv.Itoa(fd), buf[:])
+	n, err := readlinkFd(h.dir, "fd/", fd, buf[:])
 	if err != nil {
 		return false
 	}
 	got, ok := socketInode(buf[:n])
 	return ok && got == inode
+}
+
+// readlinkFd is readlinkat(dir, prefix+fd, buf) with the path built on the
+// stack: unix.Readlinkat takes a string and copies it to the heap, two
+// allocations per link read with the number's formatting.
+func readlinkFd(dir int, prefix string, fd int, buf []byte) (int, error) {
+	var path [32]byte
+	p := append(path[:0], prefix...)
+	p = strconv.AppendInt(p, int64(fd), 10)
+	p = append(p, 0)
+	if len(buf) == 0 || len(p) > len(path) {
+		return 0, unix.EINVAL
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_READLINKAT, uintptr(dir), uintptr(unsafe.Pointer(&p[0])),
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // scanFds reads the fd links of pid, passing each socket to seen, until it
@@ -215,8 +235,7 @@ func scanDir(dfd, pid int, target uint32, seen func(inode uint32, ref fdRef), h 
 		if found >= 0 && i >= free {
 			break // the rest were read before
 		}
-		var num [12]byte
-		m, err := unix.Readlinkat(dfd, string(strconv.AppendInt(num[:0], int64(fd), 10)), link[:])
+		m, err := readlinkFd(dfd, "", fd, link[:])
 		if err != nil {
 			continue // closed meanwhile
 		}
@@ -313,7 +332,10 @@ func (p procFS) ancestorsOf(h *procHandle) []string {
 }
 
 func (p procFS) walk(pid int, parent func(int) (int, error)) []string {
-	var out []string
+	// Most chains are short: they are gathered on the stack and copied
+	// once, at their length (append's growth took two or three copies).
+	var buf [8]string
+	out := buf[:0]
 	for len(out) < MaxAncestors {
 		pp, err := parent(pid)
 		if err != nil || pp <= 0 || pp == p.stopAt {
@@ -326,7 +348,13 @@ func (p procFS) walk(pid int, parent func(int) (int, error)) []string {
 		out = append(out, exe)
 		pid = pp
 	}
-	return out
+	switch {
+	case len(out) == 0:
+		return nil
+	case cap(out) > len(buf):
+		return out // outgrew buf: already on the heap
+	}
+	return slices.Clone(out)
 }
 
 // fdRef names one fd of one process.
