@@ -52,6 +52,9 @@ type Boundary struct {
 	// ender is cfg.Identity when it wants to hear of ended connections
 	// (identity.Ender), else nil: asked once, not per connection.
 	ender identity.Ender
+	// marker is cfg.Identity when it can use the moment a connection was
+	// accepted (identity.Marker), else nil.
+	marker identity.Marker
 	// readers lends the conn actors their request readers (1 KiB each,
 	// the largest allocation of a tunnel); a conn actor gives its reader
 	// back when it stops with no goroutine of its own still reading.
@@ -60,6 +63,15 @@ type Boundary struct {
 	// a sandbox's clients come from one or two addresses, so an event
 	// reuses the string instead of formatting it again (ipText).
 	lastIP atomic.Pointer[ipText]
+}
+
+// mark is the identity resolver's mark of this moment (the zero Mark when
+// it takes none): the accept loop takes it right after each accept.
+func (b *Boundary) mark() identity.Mark {
+	if b.marker == nil {
+		return identity.Mark{}
+	}
+	return b.marker.Mark()
 }
 
 // ipText is an address and its text form.
@@ -95,6 +107,7 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 		pool:      dispatch.NewPool(64, 10*time.Second, 300),
 		dialer:    net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: -1, Count: -1}}}
 	b.ender, _ = cfg.Identity.(identity.Ender)
+	b.marker, _ = cfg.Identity.(identity.Marker)
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

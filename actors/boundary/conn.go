@@ -56,6 +56,7 @@ type connActor struct {
 	b        *Boundary
 	conn     net.Conn
 	id       uint64
+	mark     identity.Mark // the resolver's mark, taken right after the accept
 	step     step
 	req      *proxy.Request
 	who      identity.Identity
@@ -131,7 +132,12 @@ func (a *connActor) serve(ctx actor.Context) {
 
 	a.step = stepIdentity
 	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
-	who, err := cfg.Identity.Resolve(context.Background(), local, remote)
+	var who identity.Identity
+	if a.b.marker != nil {
+		who, err = a.b.marker.ResolveMarked(context.Background(), a.mark, local, remote)
+	} else {
+		who, err = cfg.Identity.Resolve(context.Background(), local, remote)
+	}
 	if err != nil {
 		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
 		return

@@ -7,14 +7,19 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
 // Messages of the proxy actor.
 type (
-	// accepted carries a new client connection to the proxy actor.
-	accepted struct{ conn net.Conn }
+	// accepted carries a new client connection to the proxy actor, with
+	// the identity resolver's mark taken right after the accept.
+	accepted struct {
+		conn net.Conn
+		mark identity.Mark
+	}
 	// acceptFailed ends the proxy actor: its supervisor restarts it.
 	acceptFailed struct{ err error }
 )
@@ -36,7 +41,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		}
 		send := sendTo(ctx.ActorSystem(), ctx.Self())
 		a.loop = startAcceptLoop(a.b.cfg.Proxy,
-			func(c net.Conn) { send(&accepted{conn: c}) },
+			func(c net.Conn) { send(&accepted{conn: c, mark: a.b.mark()}) },
 			func(err error) { send(&acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
 	case *accepted:
@@ -51,7 +56,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		}
 		a.next++
 		a.b.live.add(m.conn)
-		c := &connActor{b: a.b, conn: m.conn, id: a.next}
+		c := &connActor{b: a.b, conn: m.conn, id: a.next, mark: m.mark}
 		if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(a.b.pool)),
 			"conn/"+strconv.FormatUint(a.next, 10)); err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")

@@ -44,6 +44,19 @@ type Ender interface {
 	Ended(id Identity)
 }
 
+// Marker is a Resolver that can do less for a connection when told when
+// it was accepted: Mark, taken right after the accept, lets ResolveMarked
+// rely on what a lookup begun since has learned (Netlink: the process
+// events drained after the accept include every exec and exit the client
+// made before it connected).
+type Marker interface {
+	Mark() Mark
+	ResolveMarked(ctx context.Context, mark Mark, local, remote netip.AddrPort) (Identity, error)
+}
+
+// Mark is a Marker's note of a moment; the zero Mark relies on nothing.
+type Mark struct{ drains uint64 }
+
 // Resolver finds the Identity behind an accepted connection.
 type Resolver interface {
 	// Resolve identifies the process holding the client socket of the

@@ -238,6 +238,25 @@ func (r *Netlink) Mode() string { return ModeNetlink }
 // panic propagates to the caller), then retries briefly while the socket or
 // its owner is not found.
 func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Identity, error) {
+	return r.resolve(ctx, nil, local, remote)
+}
+
+// Mark implements Marker: the count of process-event drains begun so far.
+func (r *Netlink) Mark() Mark {
+	if ev := r.proc.t.events; ev != nil {
+		return Mark{drains: ev.drains.Load()}
+	}
+	return Mark{}
+}
+
+// ResolveMarked implements Marker: Resolve, whose first pass needs no
+// drain of process events of its own when one has begun since mark (taken
+// after the connection was accepted, so after the client connected).
+func (r *Netlink) ResolveMarked(ctx context.Context, mark Mark, local, remote netip.AddrPort) (Identity, error) {
+	return r.resolve(ctx, &mark, local, remote)
+}
+
+func (r *Netlink) resolve(ctx context.Context, mark *Mark, local, remote netip.AddrPort) (Identity, error) {
 	if err := r.inj.Inject(fault.IdentityLookup); err != nil {
 		return Identity{}, fmt.Errorf("identity: %w", err)
 	}
@@ -247,7 +266,8 @@ func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Id
 	deadline := time.Now().Add(retryWindow)
 	backoff := retryBackoff
 	for tries := 1; ; tries++ {
-		id, err := r.resolveOnce(remote, local)
+		id, err := r.resolveOnce(remote, local, mark)
+		mark = nil // a retry drains what came since
 		if err == nil {
 			return id, nil
 		}
@@ -269,13 +289,13 @@ func (r *Netlink) Resolve(ctx context.Context, local, remote netip.AddrPort) (Id
 // resolveOnce does one pass: sock_diag, owner, exe, ancestors, and checks the
 // owner still holds the socket afterwards (so a pid reused meanwhile is not
 // reported).
-func (r *Netlink) resolveOnce(client, server netip.AddrPort) (Identity, error) {
+func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identity, error) {
 	if ev := r.proc.t.events; ev != nil {
 		var w eventWatcher
 		if r.cands != nil {
 			w = r.cands
 		}
-		ev.sync(r.proc.t, w)
+		ev.sync(r.proc.t, w, mark)
 	}
 	d, err := r.diag.lookup(client, server)
 	if err != nil {

@@ -187,9 +187,14 @@ type eventWatcher interface {
 // reparented); a lost event forgets everything. When sync returns, every
 // event queued before it was called has been applied: by this call, or by
 // a drain that began after it was called (lookups that start together
-// share one drain).
-func (e *procEvents) sync(t *procTable, w eventWatcher) {
+// share one drain). With a mark (drains, taken by mark() earlier, when the
+// connection was accepted), every event queued before the mark was taken
+// has been applied: a drain begun since will do.
+func (e *procEvents) sync(t *procTable, w eventWatcher, mark *Mark) {
 	begun := e.drains.Load()
+	if mark != nil && mark.drains < begun {
+		begun = mark.drains
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.drains.Load() > begun && !e.broken {

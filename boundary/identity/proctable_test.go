@@ -119,16 +119,8 @@ func TestProcTableBound(t *testing.T) {
 // says otherwise: an exec is seen at the next sync, and a parent's exit
 // makes its child's parent read again (it was reparented).
 func TestProcEventsKeepCacheExact(t *testing.T) {
-	requireRoot(t)
-	ev, err := openProcEvents(time.Second, eventsQueueBytes)
-	if err != nil {
-		unavailable(t, "process events: %v", err)
-	}
-	defer ev.close()
+	ev, p := eventsTable(t, eventsQueueBytes)
 	sh, sleep := lookPath(t, "sh"), lookPath(t, "sleep")
-	p := newProcFS("/proc", 0)
-	p.t.events = ev
-	defer p.t.reset()
 
 	// parent: sh that starts a child sh, then waits for a line to exit;
 	// the child waits for a line on its own pipe, then execs sleep.
@@ -152,7 +144,7 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 	}
 	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
 
-	ev.sync(p.t, nil)
+	ev.sync(p.t, nil, nil)
 	exe0, err := p.exe(child)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +163,7 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 
 	_, _ = cw.WriteString("go\n")
 	waitFor(t, func() bool {
-		ev.sync(p.t, nil)
+		ev.sync(p.t, nil, nil)
 		exe, err := p.exe(child)
 		return err == nil && exe != exe0 && strings.HasSuffix(exe, "/sleep")
 	}, "the exec of the child to be seen")
@@ -186,13 +178,28 @@ func TestProcEventsKeepCacheExact(t *testing.T) {
 	_, _ = pw.WriteString("go\n") // the parent exits; the child is reparented
 	_ = cmd.Wait()
 	waitFor(t, func() bool {
-		ev.sync(p.t, nil)
+		ev.sync(p.t, nil, nil)
 		pp, err := p.ppid(child)
 		return err == nil && pp != cmd.Process.Pid
 	}, "the child's new parent to be seen")
 	if p.t.peek(cmd.Process.Pid) != nil {
 		t.Fatal("the exited parent stays in the table")
 	}
+}
+
+// eventsTable opens process events with a queue of queue bytes and a
+// procFS whose table they vouch for; both are closed when the test ends.
+func eventsTable(t *testing.T, queue int) (*procEvents, procFS) {
+	t.Helper()
+	requireRoot(t)
+	ev, err := openProcEvents(time.Second, queue)
+	if err != nil {
+		unavailable(t, "process events: %v", err)
+	}
+	p := newProcFS("/proc", 0)
+	p.t.events = ev
+	t.Cleanup(func() { p.t.reset(); _ = ev.close() })
+	return ev, p
 }
 
 func waitFor(t *testing.T, ok func() bool, what string) {
@@ -300,16 +307,8 @@ func (w *lostWatcher) lost()           { w.lostN++ }
 // When the queue overflows between two lookups, the next sync forgets
 // everything the table knew (and says events were lost).
 func TestProcEventsOverflowForgetsAll(t *testing.T) {
-	requireRoot(t)
-	ev, err := openProcEvents(time.Second, 4096) // the kernel's minimum
-	if err != nil {
-		unavailable(t, "process events: %v", err)
-	}
-	defer ev.close()
-	p := newProcFS("/proc", 0)
-	p.t.events = ev
-	defer p.t.reset()
-	ev.sync(p.t, nil)
+	ev, p := eventsTable(t, 4096) // the kernel's minimum
+	ev.sync(p.t, nil, nil)
 	self := os.Getpid()
 	if _, err := p.exe(self); err != nil {
 		t.Fatal(err)
@@ -321,7 +320,7 @@ func TestProcEventsOverflowForgetsAll(t *testing.T) {
 		}
 	}
 	w := &lostWatcher{}
-	ev.sync(p.t, w)
+	ev.sync(p.t, w, nil)
 	h := p.t.peek(self)
 	p.t.mu.Lock()
 	kept := h.hasExe
