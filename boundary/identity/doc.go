@@ -6,7 +6,10 @@
 // inode with one exact NETLINK_SOCK_DIAG request (never a dump, never
 // /proc/net/tcp), finds the owning pid by scanning /proc/<pid>/fd of the
 // candidate processes (newest first, with an inode cache), then reads
-// /proc/<pid>/exe and the exe of each ancestor along the ppid chain. The None
-// resolver is endpoint-only mode: it identifies nothing and the caller ignores
-// binaries.
+// /proc/<pid>/exe and the exe of each ancestor along the ppid chain. As root
+// it subscribes to the kernel's process events, which say when what it
+// read of a process is stale; a caller that marks when it accepted a
+// connection (Marker) lets the lookup rely on a drain of those events
+// begun since. The None resolver is endpoint-only mode: it identifies nothing
+// and the caller ignores binaries.
 package identity

@@ -4,5 +4,7 @@
 // destination address against the internal-address rules of DESIGN.md, and
 // tunnelling bytes both ways with half-close (splice(2) through io.Copy on
 // TCP connections). The connection actor in actors/boundary sequences these
-// steps around the identity lookup and the policy decision.
+// steps around the identity lookup and the policy decision; its boundary
+// lends it the request reader (Readers) and takes it back when the actor
+// stops with nothing of its own still reading.
 package proxy
