@@ -1,6 +1,7 @@
 package boundary
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -72,6 +73,15 @@ func (b *Boundary) mark() identity.Mark {
 		return identity.Mark{}
 	}
 	return b.marker.Mark()
+}
+
+// resolve identifies a connection's client, with the mark taken at its
+// accept when the resolver takes marks.
+func (b *Boundary) resolve(mark identity.Mark, local, remote netip.AddrPort) (identity.Identity, error) {
+	if b.marker != nil {
+		return b.marker.ResolveMarked(context.Background(), mark, local, remote)
+	}
+	return b.cfg.Identity.Resolve(context.Background(), local, remote)
 }
 
 // ipText is an address and its text form.

@@ -65,11 +65,6 @@ type connActor struct {
 	answered bool // the client got its answer (or its tunnel)
 	relays   int  // relay goroutines still running
 	endTold  bool // the resolver was told the connection ended
-	// idle: no goroutine of this actor reads the request any more (serve
-	// returned with no relay running, or the last relay ended), so its
-	// reader goes back to the boundary's Readers when the actor stops.
-	// Not set after a failure: a relay goroutine may still be reading.
-	idle bool
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
@@ -79,20 +74,21 @@ func (a *connActor) Receive(ctx actor.Context) {
 		// Not deferred: after a panic the supervisor stops this actor, and a
 		// second stop would only make a dead letter.
 		if a.relays == 0 {
-			a.idle = true
 			ctx.Stop(ctx.Self())
 		}
 	case *relayDone:
 		a.relays--
 		if a.relays <= 0 {
-			a.idle = true
 			ctx.Stop(ctx.Self())
 		}
 	case *actor.Stopping:
 		a.cleanup()
 		a.b.live.remove(a.conn)
 		a.tellEnded()
-		if a.idle {
+		// With no relay goroutine left nothing reads the request (a
+		// tunnel's client direction ran on this actor, now returned or
+		// failed): its reader goes back to the boundary's Readers.
+		if a.relays <= 0 {
 			a.req.Release()
 			a.req = nil
 		}
@@ -132,12 +128,7 @@ func (a *connActor) serve(ctx actor.Context) {
 
 	a.step = stepIdentity
 	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
-	var who identity.Identity
-	if a.b.marker != nil {
-		who, err = a.b.marker.ResolveMarked(context.Background(), a.mark, local, remote)
-	} else {
-		who, err = cfg.Identity.Resolve(context.Background(), local, remote)
-	}
+	who, err := a.b.resolve(a.mark, local, remote)
 	if err != nil {
 		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
 		return

@@ -6,9 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // TestEarlyBytesStayWithTheirTunnel: clients that send their first bytes in
@@ -18,24 +19,19 @@ import (
 func TestEarlyBytesStayWithTheirTunnel(t *testing.T) {
 	e := startEnv(t, envOpts{})
 	const clients, rounds = 8, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for g := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	var g errgroup.Group
+	for c := range clients {
+		g.Go(func() error {
 			for i := range rounds {
-				if err := earlyTunnel(e, fmt.Sprintf("early-%d-%d-", g, i)); err != nil {
-					errs <- err
-					return
+				if err := earlyTunnel(e, fmt.Sprintf("early-%d-%d-", c, i)); err != nil {
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -70,5 +70,5 @@ func (r *Request) Release() {
 		return
 	}
 	r.from.put(r.rr)
-	r.from, r.rr, r.Reader, r.limit, r.HTTP = nil, nil, nil, nil, nil
+	r.from, r.rr, r.Reader, r.HTTP = nil, nil, nil, nil
 }

@@ -48,7 +48,6 @@ type Request struct {
 	// Reader holds the client's bytes read past the header (a CONNECT
 	// client may send its TLS hello early); the tunnel drains it first.
 	Reader *bufio.Reader
-	limit  *limitedReader
 	from   *Readers   // lent the reader, when not nil (Release)
 	rr     *reqReader // the lent reader
 }
@@ -123,7 +122,7 @@ func readConnectFast(br *bufio.Reader, lr *limitedReader) *Request {
 	}
 	_, _ = br.Discard(n)
 	lr.limited = false
-	return &Request{Kind: KindConnect, Host: host, Port: port, Reader: br, limit: lr}
+	return &Request{Kind: KindConnect, Host: host, Port: port, Reader: br}
 }
 
 // connectHeader returns the length of a complete CONNECT header at the
@@ -253,7 +252,7 @@ func readRequest(br *bufio.Reader, lr *limitedReader) (*Request, error) {
 		return nil, badRequest("%v", err)
 	}
 	lr.limited = false
-	req := &Request{HTTP: hr, Reader: br, limit: lr}
+	req := &Request{HTTP: hr, Reader: br}
 	if hr.Method == http.MethodConnect {
 		req.Kind = KindConnect
 		host, port, err := splitHostPort(hr.RequestURI, 0)
