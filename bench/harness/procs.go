@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // stopGrace is how long a server gets between SIGTERM and SIGKILL.
@@ -169,6 +171,17 @@ func runCmd(ctx context.Context, dir, path string, args ...string) ([]byte, erro
 
 // runCmdEnv is runCmd with env added to the harness's environment.
 func runCmdEnv(ctx context.Context, dir string, env []string, path string, args ...string) ([]byte, error) {
+	return runCmdOpts(ctx, dir, env, nil, path, args...)
+}
+
+// runCmdIn is runCmd with the process put in group as it starts (none
+// when group is nil); the move is done before the process has done more
+// than start.
+func runCmdIn(ctx context.Context, dir string, group cgroup.Group, path string, args ...string) ([]byte, error) {
+	return runCmdOpts(ctx, dir, nil, group, path, args...)
+}
+
+func runCmdOpts(ctx context.Context, dir string, env []string, group cgroup.Group, path string, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
@@ -179,7 +192,10 @@ func runCmdEnv(ctx context.Context, dir string, env []string, path string, args 
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Run(); err != nil {
+	if err := startIn(cmd, group); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if err := cmd.Wait(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > 600 {
 			msg = "..." + msg[len(msg)-600:]
@@ -187,6 +203,23 @@ func runCmdEnv(ctx context.Context, dir string, env []string, path string, args 
 		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, msg)
 	}
 	return stdout.Bytes(), nil
+}
+
+// startIn starts cmd and moves it into group (if any); a process that
+// cannot be moved is killed, so no load runs outside its group.
+func startIn(cmd *exec.Cmd, group cgroup.Group) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if group == nil {
+		return nil
+	}
+	if err := group.Add(cmd.Process.Pid); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return fmt.Errorf("put in its cgroup: %w", err)
+	}
+	return nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on

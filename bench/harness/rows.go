@@ -18,6 +18,7 @@ type tunnelStats struct {
 	runs                 int
 	rate, p50, p99, cpuT float64 // cpuT: server CPU ns per tunnel
 	userT                float64 // the part of cpuT in user mode
+	loadT                float64 // the load generator's own CPU ns per tunnel
 	errors               int64
 	kinds                map[string]int64
 	first                string
@@ -26,7 +27,7 @@ type tunnelStats struct {
 func (h *harness) tunnelStats(s *system, c int) tunnelStats {
 	runs := h.tunnels[tunnelKey(s, c)]
 	st := tunnelStats{runs: len(runs), kinds: map[string]int64{}}
-	var rate, p50, p99, cpuT, userT []float64
+	var rate, p50, p99, cpuT, userT, loadT []float64
 	for _, r := range runs {
 		rate = append(rate, r.res.PerSecond)
 		p50 = append(p50, float64(r.res.P50Ns))
@@ -34,6 +35,9 @@ func (h *harness) tunnelStats(s *system, c int) tunnelStats {
 		if r.res.Tunnels > 0 && r.cpu.total() > 0 {
 			cpuT = append(cpuT, float64(r.cpu.total().Nanoseconds())/float64(r.res.Tunnels))
 			userT = append(userT, float64(r.cpu.user.Nanoseconds())/float64(r.res.Tunnels))
+		}
+		if r.res.Tunnels > 0 && r.res.CPUNs > 0 {
+			loadT = append(loadT, float64(r.res.CPUNs)/float64(r.res.Tunnels))
 		}
 		st.errors += r.res.Errors
 		for k, n := range r.res.ErrorKinds {
@@ -43,7 +47,7 @@ func (h *harness) tunnelStats(s *system, c int) tunnelStats {
 			st.first = r.res.FirstError
 		}
 	}
-	st.rate, st.p50, st.p99, st.cpuT, st.userT = median(rate), median(p50), median(p99), median(cpuT), median(userT)
+	st.rate, st.p50, st.p99, st.cpuT, st.userT, st.loadT = median(rate), median(p50), median(p99), median(cpuT), median(userT), median(loadT)
 	return st
 }
 
@@ -266,7 +270,38 @@ func (h *harness) sandboxTunnelRows(c int) []Row {
 		Target:   "<= tinyproxy's",
 		Verdict:  verdict(haveCmp && sb.cpuT > 0 && tp.cpuT > 0, sb.cpuT <= tp.cpuT),
 	}
-	return []Row{rate, added, cpu}
+	return append([]Row{rate, added, cpu}, h.sameLoadRows(c, sb, sk)...)
+}
+
+// sameSpeed is how far the supervisor's boundary may be from `boundary
+// serve`'s, both loaded from a control group, and still count as the same
+// speed: the spread of one system's figures between runs on this machine.
+const sameSpeed = 0.10
+
+// sameLoadRows compare the supervisor's boundary with `boundary serve`
+// loaded from a control group like the sandbox's (loadgroup.go), and show
+// what the load generator itself spent per tunnel in each place.
+func (h *harness) sameLoadRows(c int, sb, sk tunnelStats) []Row {
+	cg := h.tunnelStats(h.serveCG, c)
+	have := sb.runs > 0 && cg.runs > 0 && sb.cpuT > 0 && cg.cpuT > 0
+	same := Row{
+		Name:     fmt.Sprintf("sandbox vs serve, the load in a like cgroup c=%d", c),
+		Stockade: cell(h.sandbox, sb.runs, withErr(sb, fmtRate(sb.rate)+"/s, "+fmtCPU(sb))),
+		Peer:     cell(h.serveCG, cg.runs, withErr(cg, fmtRate(cg.rate)+"/s, "+fmtCPU(cg)+" "+serveCgroup)),
+		Target:   fmt.Sprintf("rate >= %.1fx, CPU <= %.1fx serve's", 1-sameSpeed, 1+sameSpeed),
+		Verdict:  verdict(have, sb.rate >= (1-sameSpeed)*cg.rate && sb.cpuT <= (1+sameSpeed)*cg.cpuT && sb.errors == 0),
+	}
+	if have {
+		same.Ratio = fmt.Sprintf("rate %s, CPU %s", fmtRatio(sb.rate, cg.rate), fmtRatio(sb.cpuT, cg.cpuT))
+	}
+	load := Row{
+		Name:     fmt.Sprintf("load generator CPU per tunnel c=%d", c),
+		Stockade: cell(h.sandbox, sb.runs, fmtDur(sb.loadT)+" in the sandbox"),
+		Peer: cell(h.stockade, sk.runs, fmtDur(sk.loadT)+" serve's") + ", " +
+			cell(h.serveCG, cg.runs, fmtDur(cg.loadT)+" "+serveCgroup+"'s"),
+		Ratio: fmtRatio(sb.loadT, sk.loadT),
+	}
+	return []Row{same, load}
 }
 
 func (h *harness) bulkMBps(s *system) (float64, int) {
@@ -613,6 +648,11 @@ func (h *harness) header() []string {
 			"included; the workload's not). Peer cells: tinyproxy, then `boundary serve`; ratio: sandbox/tinyproxy / sandbox/serve. "+
 			"The supervisor's boundary always runs identity netlink and an audit file.",
 			sandboxName, sandboxName, sandboxLoadgen, sandboxProxy, upstreamName))
+		fixed = append(fixed, fmt.Sprintf("%s: `boundary serve` (the same process as stockade's rows) loaded by a host loadgen put in a control group "+
+			"of its own, made as a sandbox's is (every controller, no limits), in the same rounds: the sandbox's load runs in its cgroup, "+
+			"scheduled as one group and paying the group's accounting, so \"sandbox vs serve, the load in a like cgroup\" compares the two "+
+			"boundaries under the same load (same speed: rate >= %.1fx and CPU <= %.1fx). load generator CPU = loadgen's own utime+stime "+
+			"per tunnel (getrusage); ratio: in the sandbox / serve's.", serveCgroup, 1-sameSpeed, 1+sameSpeed))
 	}
 	if h.cfg.HoldTunnels > 0 {
 		fixed = append(fixed, fmt.Sprintf("RSS = VmRSS of the process (the whole supervisor for the sandbox): idle after %s without load "+

@@ -72,11 +72,13 @@ func fakeHarness(sandboxWhy string) *harness {
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct"},
 		gofloor:   &system{name: "gofloor"},
+		serveCG:   &system{name: serveCgroup},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
 	run := func(rate float64, p50 time.Duration, cpu time.Duration) []tunnelRun {
-		return []tunnelRun{{res: loadgen.TunnelResult{Tunnels: int64(rate * 2), PerSecond: rate, P50Ns: p50.Nanoseconds(), P99Ns: 2 * p50.Nanoseconds()}, cpu: cpuTime{user: cpu / 4, sys: cpu - cpu/4}}}
+		return []tunnelRun{{res: loadgen.TunnelResult{Tunnels: int64(rate * 2), PerSecond: rate, P50Ns: p50.Nanoseconds(), P99Ns: 2 * p50.Nanoseconds(),
+			CPUNs: int64(rate * 2 * 150e3)}, cpu: cpuTime{user: cpu / 4, sys: cpu - cpu/4}}} // the load: 150µs per tunnel
 	}
 	h.tunnels["stockade/c=16"] = run(5000, 2*time.Millisecond, time.Second)           // 100µs per tunnel
 	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
@@ -87,7 +89,10 @@ func fakeHarness(sandboxWhy string) *harness {
 	h.bulk["tinyproxy"] = []loadgen.BulkResult{{MBps: 400}}
 	h.bulk["direct"] = []loadgen.BulkResult{{MBps: 2000}}
 	if sandboxWhy == "" {
-		h.tunnels["sandbox/c=16"] = run(2000, 5*time.Millisecond, 2*time.Second) // 500µs per tunnel
+		h.tunnels["sandbox/c=16"] = run(2000, 5*time.Millisecond, 2*time.Second)              // 500µs per tunnel
+		h.tunnels["sandbox/c=16"][0].res.CPUNs = 2000 * 2 * 250e3                             // the load in the sandbox: 250µs
+		h.tunnels[serveCgroup+"/c=16"] = run(2100, 4*time.Millisecond, 1890*time.Millisecond) // 450µs
+		h.tunnels[serveCgroup+"/c=16"][0].res.CPUNs = 2100 * 2 * 240e3
 		h.bulk["sandbox"] = []loadgen.BulkResult{{MBps: 1300}}
 		h.rss["sandbox"] = &rssResult{idle: 40 << 20, held: 60 << 20, hold: loadgen.HoldResult{Requested: 1000, Established: 1000, Alive: 1000}, haveHold: true}
 	}
@@ -170,6 +175,31 @@ func TestSandboxRows(t *testing.T) {
 	}
 	if !slices.ContainsFunc(h.notes, func(n string) bool { return strings.Contains(n, "tinyproxy hold: 900 of 1000") }) {
 		t.Fatalf("a short hold must be noted: %q", h.notes)
+	}
+}
+
+// TestSameLoadRows: the supervisor against serve loaded from a like
+// cgroup, within 10% on rate and CPU to pass; the loads' own CPU shown.
+func TestSameLoadRows(t *testing.T) {
+	h := fakeHarness("")
+	same := rowByName(t, h.networkRows(), "sandbox vs serve, the load in a like cgroup c=16")
+	if same.Stockade != "2000/s, 500.0µs (user 125.0µs)" || same.Peer != "2100/s, 450.0µs (user 112.5µs) serve-cgroup" ||
+		same.Ratio != "rate 0.95x, CPU 1.11x" || same.Target != "rate >= 0.9x, CPU <= 1.1x serve's" || same.Verdict != Miss {
+		t.Fatalf("same-load row %+v", same)
+	}
+	load := rowByName(t, h.networkRows(), "load generator CPU per tunnel c=16")
+	if load.Stockade != "250.0µs in the sandbox" || load.Peer != "150.0µs serve's, 240.0µs serve-cgroup's" || load.Ratio != "1.67x" || load.Verdict != Info {
+		t.Fatalf("load row %+v", load)
+	}
+	h.tunnels["sandbox/c=16"][0].cpu = cpuTime{user: time.Second / 2, sys: 3 * time.Second / 2} // 500 -> 490µs: 1.09x
+	h.tunnels["sandbox/c=16"][0].res.Tunnels = 4080
+	if r := rowByName(t, h.networkRows(), "sandbox vs serve, the load in a like cgroup c=16"); r.Verdict != Pass {
+		t.Fatalf("within 10%%, yet %+v", r)
+	}
+	h.serveCG.why = "only beside the sandbox (needs root)"
+	delete(h.tunnels, serveCgroup+"/c=16")
+	if r := rowByName(t, h.networkRows(), "sandbox vs serve, the load in a like cgroup c=16"); r.Peer != h.serveCG.why || r.Verdict != NotRun {
+		t.Fatalf("no serve-cgroup, yet %+v", r)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/bench/loadgen"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // Config is one harness run.
@@ -74,6 +76,9 @@ type system struct {
 	// `stockade sandbox exec`, and only the supervisor's own CPU counts
 	// (not that of the workload processes it reaps).
 	inSandbox bool
+	// group, when set, is the control group each of the system's loads
+	// is put in as it starts (serve-cgroup: loadgroup.go).
+	group cgroup.Group
 }
 
 // cpu is the CPU time the system's process has used so far (0 when there
@@ -115,6 +120,9 @@ type harness struct {
 	// runtime and net package cost without the boundary's path. It runs
 	// the tunnels and bulk loads.
 	gofloor *system
+	// serveCG is `boundary serve` loaded from a control group like the
+	// sandbox's (loadgroup.go).
+	serveCG *system
 	gw      *gatewayRun // the sandbox's gateway; nil when not started
 
 	tunnels map[string][]tunnelRun // by system/c
@@ -162,11 +170,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct", host: "127.0.0.1"},
 		gofloor:   &system{name: "gofloor", host: "127.0.0.1"},
+		serveCG:   &system{name: serveCgroup, host: upstreamName},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
 	}
 	defer h.srvs.stopAll()
 	defer h.stopSandbox(ctx) // before the gateway is stopped with the rest
+	defer h.stopLoadGroup()
 	if err := h.setup(ctx); err != nil {
 		return nil, err
 	}
@@ -232,6 +242,7 @@ func (h *harness) setup(ctx context.Context) error {
 	default:
 		h.sandbox.why = sandboxOff
 	}
+	h.startLoadGroup()
 	if h.tinyproxy.why != "" || h.dnsmasq.why != "" {
 		return fmt.Errorf("peers did not start: tinyproxy: %s; dnsmasq: %s", orOK(h.tinyproxy.why), orOK(h.dnsmasq.why))
 	}
@@ -423,7 +434,7 @@ func (h *harness) runLoadgen(ctx context.Context, s *system, d time.Duration, ou
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	path, argv := h.loadgenCmd(s, d, args)
-	b, err := runCmd(ctx, h.dir, path, argv...)
+	b, err := runCmdIn(ctx, h.dir, s.group, path, argv...)
 	if err != nil {
 		return err
 	}
@@ -447,10 +458,11 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
 	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
+	loaded := append(slices.Clone(proxies), h.serveCG) // serve-cgroup: tunnels only
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
-			for _, s := range usable(proxies) {
+			for _, s := range usable(loaded) {
 				cpu0 := s.cpu()
 				res, err := h.runTunnels(ctx, s, c, d)
 				if h.failure(ctx, s, "tunnels", err) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestTunnelsDirect(t *testing.T) {
 	}
 	if res.ElapsedNs < time.Second.Nanoseconds() || res.ElapsedNs > (3*time.Second).Nanoseconds() {
 		t.Fatalf("elapsed %v outside [1s, 3s]", time.Duration(res.ElapsedNs))
+	}
+	// The process's own CPU over the run (the upstream's too, here): some,
+	// and no more than every CPU for the whole run.
+	if res.CPUNs <= 0 || res.CPUNs > res.ElapsedNs*int64(runtime.NumCPU()) {
+		t.Fatalf("load CPU %v over %v on %d CPUs", time.Duration(res.CPUNs), time.Duration(res.ElapsedNs), runtime.NumCPU())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +35,9 @@ type TunnelResult struct {
 	PerSecond   float64          `json:"perSecond"`
 	P50Ns       int64            `json:"p50Ns"`
 	P99Ns       int64            `json:"p99Ns"`
+	// CPUNs is the load generator's own CPU time (user and system) over
+	// the run: inside a sandbox it shares the machine with the boundary.
+	CPUNs int64 `json:"cpuNs"`
 }
 
 type tunnelWorker struct {
@@ -55,6 +59,7 @@ func Tunnels(ctx context.Context, cfg TunnelConfig) (TunnelResult, error) {
 		cfg.IOTimeout = 5 * time.Second
 	}
 	workers := make([]tunnelWorker, cfg.Concurrency)
+	cpu0 := selfCPU()
 	start := time.Now()
 	end := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -66,7 +71,7 @@ func Tunnels(ctx context.Context, cfg TunnelConfig) (TunnelResult, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	res := TunnelResult{Mode: cfg.Target.Mode(), Concurrency: cfg.Concurrency, ElapsedNs: elapsed.Nanoseconds()}
+	res := TunnelResult{Mode: cfg.Target.Mode(), Concurrency: cfg.Concurrency, ElapsedNs: elapsed.Nanoseconds(), CPUNs: selfCPU() - cpu0}
 	var lat []int64
 	for i := range workers {
 		w := &workers[i]
@@ -137,4 +142,14 @@ func Percentile(sorted []int64, p float64) int64 {
 	}
 	rank := int(float64(len(sorted))*p/100+0.5) - 1
 	return sorted[max(0, min(rank, len(sorted)-1))]
+}
+
+// selfCPU is this process's CPU time so far (user and system), in ns; 0
+// when the kernel will not say.
+func selfCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -1,0 +1,57 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
+)
+
+// The load in a control group. A sandbox's workload runs in a control
+// group of its own (sandbox/cgroup), so the load generator inside the
+// sandbox is scheduled as one group beside the supervisor, the upstream
+// and everything else on the machine, and it pays the group's
+// accounting on every switch. On this 2-core machine that alone cost the
+// load generator 50-80 µs more CPU per tunnel and took a share of the
+// CPUs from the boundary. The system serve-cgroup is `boundary serve`
+// (the same process as stockade) loaded by a host loadgen that is put in
+// a group made the same way, with no limits: the supervisor against it
+// compares the two boundaries under the same load.
+
+// serveCgroup is the name of the system.
+const serveCgroup = "serve-cgroup"
+
+// startLoadGroup makes serve-cgroup's group, after the sandbox and
+// `boundary serve` have started. It is measured only beside a sandbox.
+func (h *harness) startLoadGroup() {
+	s := h.serveCG
+	switch {
+	case h.stockade.why != "":
+		s.why = h.stockade.why
+		return
+	case h.sandbox.why != "":
+		s.why = "only beside the sandbox (" + h.sandbox.why + ")"
+		return
+	}
+	g, err := cgroup.New(fmt.Sprintf("stockade-bench-load-%d", os.Getpid()), cgroup.Limits{})
+	if err != nil {
+		s.why = "no cgroup"
+		h.note("%s: no control group for the load: %s", serveCgroup, oneLine(err.Error()))
+		return
+	}
+	s.group = g
+	s.srv, s.pid, s.proxy = h.stockade.srv, h.stockade.pid, h.stockade.proxy
+}
+
+// stopLoadGroup removes serve-cgroup's group (every load in it has
+// exited).
+func (h *harness) stopLoadGroup() {
+	s := h.serveCG
+	if s == nil || s.group == nil {
+		return
+	}
+	if err := s.group.Remove(); err != nil {
+		h.cfg.Log.Warn().Err(err).Msg("load cgroup not removed")
+	}
+	s.group = nil
+}
