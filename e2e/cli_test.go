@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // TestCLIConventions: ls works, an unknown word exits 2 with a suggestion
@@ -188,8 +191,13 @@ func TestCLIDeleteMany(t *testing.T) {
 			t.Fatalf("create %s: %d %s%s", n, code, out, errOut)
 		}
 	}
+	groups := map[string]string{} // sandbox -> its cgroup's name
 	for _, n := range []string{"a", "b", "c", "d"} {
 		w.waitPhase(n, "Ready", 30*time.Second, nil)
+		groups[n] = cgroup.SandboxGroup(n, contract.StateDir(w.state).Sandbox(n))
+		if dirs, err := cgroup.Find(groups[n]); err != nil || len(dirs) == 0 {
+			t.Fatalf("%s runs without its cgroup %s (%v)", n, groups[n], err)
+		}
 	}
 	out, errOut, code := w.cli("delete", "a", "b")
 	if code != 0 || !strings.Contains(out, "a: deleted") || !strings.Contains(out, "b: deleted") {
@@ -214,6 +222,13 @@ func TestCLIDeleteMany(t *testing.T) {
 	}
 	if _, errOut, code := w.cli("delete", "--all"); code != 0 {
 		t.Fatalf("delete --all with none: exit %d %q", code, errOut)
+	}
+	// A delete kills the supervisor, which then cannot remove its cgroup:
+	// the gateway does (every delete left one behind before).
+	for n, g := range groups {
+		if dirs, err := cgroup.Find(g); err != nil || len(dirs) > 0 {
+			t.Errorf("%s deleted, its cgroup left: %v %v", n, dirs, err)
+		}
 	}
 }
 

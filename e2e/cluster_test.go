@@ -67,6 +67,7 @@ func newClusterWorld(t testing.TB, n int, extra ...string) *clusterWorld {
 		for _, pid := range testworld.SupervisorsOf(w.state) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+		_ = testworld.RemoveGroupsOf(w.state, 3*time.Second)
 	})
 	c.addr = c.nodes[0].addr
 	return c
@@ -499,6 +500,7 @@ func TestClusterNodeLost(t *testing.T) {
 		for _, pid := range testworld.SupervisorsOf(other) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+		_ = testworld.RemoveGroupsOf(other, 3*time.Second)
 	})
 	// Placement spreads creates over both hosts: make sandboxes until one
 	// lands on the far host.

@@ -153,6 +153,7 @@ func (w *world) shutdown() {
 	for _, pid := range testworld.SupervisorsOf(w.state) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	_ = testworld.RemoveGroupsOf(w.state, 3*time.Second)
 }
 
 // cli runs a client verb; it returns stdout, stderr and the exit code.

@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -42,7 +40,6 @@ func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resource
 		r.note = "unconfined (benchmark)"
 		return r
 	}
-	sum := sha256.Sum256([]byte(dir))
 	lim := cgroup.Limits{Pids: sp.Limits.Pids, MemoryBytes: sp.Limits.MemoryBytes, CPUs: sp.Limits.CPUs}
 	if sp.Limits.IOBps > 0 {
 		dev, err := cgroup.BlockDevice(sp.Workspace)
@@ -53,7 +50,7 @@ func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resource
 			lim.IOBps, lim.IODevice = sp.Limits.IOBps, dev
 		}
 	}
-	g, err := cgroup.New("stockade-"+sp.Name+"-"+hex.EncodeToString(sum[:4]), lim)
+	g, err := cgroup.New(cgroup.SandboxGroup(sp.Name, dir), lim)
 	if err != nil {
 		r.note = strings.TrimPrefix(err.Error(), cgroup.ErrNotEnforced.Error()+": ")
 		log.Warn().Err(err).Msg("resource limits not enforced for this sandbox")

@@ -197,6 +197,9 @@ func (h *harness) stopSandbox(ctx context.Context) {
 	if len(pids) > 0 {
 		h.cfg.Log.Info().Ints("pids", pids).Msg("killed leftover supervisors")
 	}
+	if err := testworld.RemoveGroupsOf(g.state, 3*time.Second); err != nil {
+		h.cfg.Log.Warn().Err(err).Msg("sandbox cgroup left behind")
+	}
 }
 
 // alive says whether pid is a live (not zombie) process.

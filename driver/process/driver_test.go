@@ -13,6 +13,8 @@ import (
 
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 )
@@ -184,5 +186,34 @@ func TestDriverAdoptAgainSharesTheWatch(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("an adoption did not see its supervisor end")
 		}
+	}
+}
+
+// TestDriverRemoveLeftGroup: the cgroup a killed supervisor left behind
+// goes with the sandbox's delete (and one of another gateway's sandbox of
+// the same name stays).
+func TestDriverRemoveLeftGroup(t *testing.T) {
+	testenv.NeedRoot(t)
+	state, other := t.TempDir(), t.TempDir()
+	l := contract.StateDir(state)
+	left, err := cgroup.New(cgroup.SandboxGroup("s", l.Sandbox("s")), cgroup.Limits{})
+	if err != nil {
+		testenv.Unavailable(t, "no cgroup: %v", err)
+	}
+	t.Cleanup(func() { _ = left.Remove() })
+	kept, err := cgroup.New(cgroup.SandboxGroup("s", contract.StateDir(other).Sandbox("s")), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kept.Remove() })
+	d := New(Config{StateDir: state})
+	if err := d.Remove(context.Background(), "s", "u1", false); err != nil {
+		t.Fatal(err)
+	}
+	if procs, err := left.Procs(); err == nil {
+		t.Fatalf("the left group is still there (procs %v)", procs)
+	}
+	if _, err := kept.Procs(); err != nil {
+		t.Fatalf("another gateway's group went too: %v", err)
 	}
 }

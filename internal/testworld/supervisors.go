@@ -1,11 +1,15 @@
 package testworld
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // IsSupervisorOf says whether a /proc/<pid>/cmdline is that of a supervisor
@@ -39,4 +43,18 @@ func SupervisorsOf(state string) []int {
 		}
 	}
 	return out
+}
+
+// RemoveGroupsOf removes the cgroups of the sandboxes under the state dir
+// once their processes are gone (waiting up to wait for each), for a test
+// or a benchmark that ends by killing its gateway and supervisors: a
+// killed supervisor leaves its group behind, and the kernel keeps memory
+// for every group that exists. It returns what it could not remove.
+func RemoveGroupsOf(state string, wait time.Duration) error {
+	dirs, _ := filepath.Glob(filepath.Join(contract.StateDir(state).Sandboxes(), "*"))
+	var errs []error
+	for _, dir := range dirs {
+		errs = append(errs, cgroup.RemoveNamed(cgroup.SandboxGroup(filepath.Base(dir), dir), wait))
+	}
+	return errors.Join(errs...)
 }
