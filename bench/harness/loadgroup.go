@@ -1,8 +1,13 @@
 package harness
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
@@ -15,15 +20,16 @@ import (
 // load generator 50-80 µs more CPU per tunnel and took a share of the
 // CPUs from the boundary. The system serve-cgroup is `boundary serve`
 // (the same process as stockade) loaded by a host loadgen that is put in
-// a group made the same way, with no limits: the supervisor against it
-// compares the two boundaries under the same load.
+// a group made the same way, with the sandbox's limits: the supervisor
+// against it compares the two boundaries under the same load.
 
 // serveCgroup is the name of the system.
 const serveCgroup = "serve-cgroup"
 
-// startLoadGroup makes serve-cgroup's group, after the sandbox and
+// startLoadGroup makes serve-cgroup's group, with the limits the
+// sandbox's group has (CFS quota, pids, memory), after the sandbox and
 // `boundary serve` have started. It is measured only beside a sandbox.
-func (h *harness) startLoadGroup() {
+func (h *harness) startLoadGroup(ctx context.Context) {
 	s := h.serveCG
 	switch {
 	case h.stockade.why != "":
@@ -33,7 +39,13 @@ func (h *harness) startLoadGroup() {
 		s.why = "only beside the sandbox (" + h.sandbox.why + ")"
 		return
 	}
-	g, err := cgroup.New(fmt.Sprintf("stockade-bench-load-%d", os.Getpid()), cgroup.Limits{})
+	lim, err := h.sandboxLimits(ctx)
+	if err != nil {
+		s.why = "sandbox limits unknown"
+		h.note("%s: %s", serveCgroup, oneLine(err.Error()))
+		return
+	}
+	g, err := cgroup.New(fmt.Sprintf("stockade-bench-load-%d", os.Getpid()), lim)
 	if err != nil {
 		s.why = "no cgroup"
 		h.note("%s: no control group for the load: %s", serveCgroup, oneLine(err.Error()))
@@ -54,4 +66,30 @@ func (h *harness) stopLoadGroup() {
 		h.cfg.Log.Warn().Err(err).Msg("load cgroup not removed")
 	}
 	s.group = nil
+}
+
+// sandboxLimits reads the limits of the sandbox's cgroup from `sandbox get
+// -o json` (a heartbeat brings them: it waits up to 20 s).
+func (h *harness) sandboxLimits(ctx context.Context) (cgroup.Limits, error) {
+	g := h.gw
+	if g == nil {
+		return cgroup.Limits{}, errors.New("no gateway")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := runCmd(ctx, h.dir, g.bin, g.cli("get", sandboxName, "-o", "json")...)
+		var st sandboxStatus
+		if err == nil {
+			err = json.Unmarshal(out, &st)
+		}
+		switch r := st.Resources; {
+		case err == nil && r != nil && r.Enforced && r.Cgroup != "":
+			return cgroup.Limits{Pids: r.PidsLimit, MemoryBytes: r.MemoryLimit, CPUs: r.CPUs}, nil
+		case err == nil && r != nil && r.Cgroup == "" && r.Note != "" && !strings.HasPrefix(r.Note, "no report"):
+			return cgroup.Limits{}, fmt.Errorf("the sandbox's limits are not enforced (%s): nothing to match", r.Note)
+		case !time.Now().Before(deadline) || ctx.Err() != nil:
+			return cgroup.Limits{}, fmt.Errorf("sandbox get reported no limits within 20 s (%v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

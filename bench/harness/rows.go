@@ -649,7 +649,7 @@ func (h *harness) header() []string {
 			"The supervisor's boundary always runs identity netlink and an audit file.",
 			sandboxName, sandboxName, sandboxLoadgen, sandboxProxy, upstreamName))
 		fixed = append(fixed, fmt.Sprintf("%s: `boundary serve` (the same process as stockade's rows) loaded by a host loadgen put in a control group "+
-			"of its own, made as a sandbox's is (every controller, no limits), in the same rounds: the sandbox's load runs in its cgroup, "+
+			"of its own, made as a sandbox's is (every controller, the sandbox's limits), in the same rounds: the sandbox's load runs in its cgroup, "+
 			"scheduled as one group and paying the group's accounting, so \"sandbox vs serve, the load in a like cgroup\" compares the two "+
 			"boundaries under the same load (same speed: rate >= %.1fx and CPU <= %.1fx). load generator CPU = loadgen's own utime+stime "+
 			"per tunnel (getrusage); ratio: in the sandbox / serve's.", serveCgroup, 1-sameSpeed, 1+sameSpeed))

@@ -65,6 +65,15 @@ type sandboxStatus struct {
 	Message       string `json:"message"`
 	Workspace     string `json:"workspace"`
 	SupervisorPid int    `json:"supervisorPid"`
+	// Resources are the limits of its cgroup, once a heartbeat has said.
+	Resources *struct {
+		Enforced    bool    `json:"enforced"`
+		Cgroup      string  `json:"cgroup"` // "v1" or "v2"; "" until a heartbeat says
+		Note        string  `json:"note"`
+		PidsLimit   int64   `json:"pidsLimit"`
+		MemoryLimit int64   `json:"memoryLimitBytes"`
+		CPUs        float64 `json:"cpus"`
+	} `json:"resources"`
 }
 
 // parseSandboxStatus decodes `sandbox get -o json` and wants a Ready
