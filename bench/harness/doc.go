@@ -6,7 +6,9 @@
 // HTTP CONNECT proxy, dnsmasq for DNS, and gofloor, a minimal Go CONNECT
 // proxy, for the CPU a Go proxy costs at least) on 127.0.0.1 and, as root, a
 // gateway with one sandbox whose workload runs the loads inside it
-// through its supervisor's boundary; it reads each server's RSS idle and
+// through its supervisor's boundary, and, beside it, the standalone
+// boundary loaded from a cgroup made like the sandbox's (serve-cgroup, to
+// compare the two under the same load); it reads each server's RSS idle and
 // with 1,000 tunnels held open, runs every measurement several times
 // (loadgen tunnels and bulk loads, dnsperf, the Go benchmarks of policy
 // and identity) interleaving the systems, takes medians and renders one

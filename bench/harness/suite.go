@@ -242,7 +242,7 @@ func (h *harness) setup(ctx context.Context) error {
 	default:
 		h.sandbox.why = sandboxOff
 	}
-	h.startLoadGroup()
+	h.startLoadGroup(ctx)
 	if h.tinyproxy.why != "" || h.dnsmasq.why != "" {
 		return fmt.Errorf("peers did not start: tinyproxy: %s; dnsmasq: %s", orOK(h.tinyproxy.why), orOK(h.dnsmasq.why))
 	}
