@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
@@ -191,13 +192,19 @@ func TestCLIDeleteMany(t *testing.T) {
 			t.Fatalf("create %s: %d %s%s", n, code, out, errOut)
 		}
 	}
-	groups := map[string]string{} // sandbox -> its cgroup's name
+	groups := map[string]string{} // sandbox -> its cgroup's name; none: no cgroups here
 	for _, n := range []string{"a", "b", "c", "d"} {
 		w.waitPhase(n, "Ready", 30*time.Second, nil)
-		groups[n] = cgroup.SandboxGroup(n, contract.StateDir(w.state).Sandbox(n))
-		if dirs, err := cgroup.Find(groups[n]); err != nil || len(dirs) == 0 {
-			t.Fatalf("%s runs without its cgroup %s (%v)", n, groups[n], err)
+		g := cgroup.SandboxGroup(n, contract.StateDir(w.state).Sandbox(n))
+		dirs, err := cgroup.Find(g)
+		if err != nil || len(dirs) == 0 {
+			if testenv.InCI() {
+				t.Fatalf("%s runs without its cgroup %s (%v)", n, g, err)
+			}
+			t.Logf("%s runs without its cgroup %s (%v): the groups' removal is not checked here", n, g, err)
+			continue
 		}
+		groups[n] = g
 	}
 	out, errOut, code := w.cli("delete", "a", "b")
 	if code != 0 || !strings.Contains(out, "a: deleted") || !strings.Contains(out, "b: deleted") {
