@@ -21,6 +21,8 @@ import (
 type resources struct {
 	limits    spec.Limits
 	group     cgroup.Group
+	groupName string // the group's name (cgroup.SandboxGroup)
+	log       zerolog.Logger
 	note      string // why limits are not enforced
 	ioNote    string // why the io limit is not
 	workspace string
@@ -34,7 +36,7 @@ type resources struct {
 // Without one (an unprivileged gateway and no delegated cgroup) the
 // sandbox runs unlimited, and says so once in the log and in every report.
 func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resources {
-	r := &resources{limits: sp.Limits, workspace: sp.Workspace, stop: make(chan struct{})}
+	r := &resources{limits: sp.Limits, workspace: sp.Workspace, stop: make(chan struct{}), log: log}
 	go r.measureWorkspace()
 	if sp.Unconfined {
 		r.note = "unconfined (benchmark)"
@@ -50,7 +52,8 @@ func openResources(sp spec.Supervisor, dir string, log zerolog.Logger) *resource
 			lim.IOBps, lim.IODevice = sp.Limits.IOBps, dev
 		}
 	}
-	g, err := cgroup.New(cgroup.SandboxGroup(sp.Name, dir), lim)
+	r.groupName = cgroup.SandboxGroup(sp.Name, dir)
+	g, err := cgroup.New(r.groupName, lim)
 	if err != nil {
 		r.note = strings.TrimPrefix(err.Error(), cgroup.ErrNotEnforced.Error()+": ")
 		log.Warn().Err(err).Msg("resource limits not enforced for this sandbox")
@@ -138,9 +141,8 @@ func (r *resources) close() {
 		if r.group == nil {
 			return
 		}
-		deadline := time.Now().Add(3 * time.Second)
-		for r.group.Remove() != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+		if err := cgroup.RemoveNamed(r.groupName, 3*time.Second); err != nil {
+			r.log.Warn().Err(err).Msg("sandbox cgroup not removed (the gateway removes it when the sandbox is deleted)")
 		}
 	})
 }

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -80,7 +79,7 @@ func (h *harness) sandboxLimits(ctx context.Context) (cgroup.Limits, error) {
 		out, err := runCmd(ctx, h.dir, g.bin, g.cli("get", sandboxName, "-o", "json")...)
 		var st sandboxStatus
 		if err == nil {
-			err = json.Unmarshal(out, &st)
+			st, err = parseSandboxStatus(out)
 		}
 		switch r := st.Resources; {
 		case err == nil && r != nil && r.Enforced && r.Cgroup != "":

@@ -23,8 +23,8 @@ func SandboxGroup(name, dir string) string {
 
 // RemoveNamed removes the group name under this process's own groups, in
 // every hierarchy that has it, once its processes are gone, waiting up to
-// wait for them to go. A group a supervisor removes on its way out is left
-// behind when the supervisor is killed; the gateway calls this when it
+// wait for them to go. The supervisor calls it on its way out; one that
+// was killed leaves its group behind, and the gateway calls it when it
 // deletes the sandbox (a group costs the kernel memory for as long as it
 // exists, empty or not). A group that is not there is not an error.
 func RemoveNamed(name string, wait time.Duration) error {
@@ -44,15 +44,13 @@ func findAt(root, self, name string) ([]string, error) {
 		return nil, err
 	}
 	var dirs []string
-	seen := map[string]bool{}
 	for ctrl, path := range own {
 		mount := root
 		if ctrl != "" {
 			mount = filepath.Join(root, ctrl)
 		}
 		dir := filepath.Join(mount, path, name)
-		if _, err := os.Stat(dir); err == nil && !seen[dir] {
-			seen[dir] = true
+		if _, err := os.Stat(dir); err == nil {
 			dirs = append(dirs, dir)
 		}
 	}
