@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -237,6 +238,62 @@ func TestCLIDeleteMany(t *testing.T) {
 			t.Errorf("%s deleted, its cgroup left: %v %v", n, dirs, err)
 		}
 	}
+}
+
+// TestSupervisorSecondStopSignal: a stop signal that arrives while the
+// supervisor is already taking its sandbox down (the gateway signals the
+// supervisor's process group and the supervisor, so one stop can deliver
+// SIGTERM twice) does not end it before it has released the sandbox's
+// cgroup and files: its last line says so. Before, the handler went first
+// among the deferred closes and the second signal killed the supervisor
+// there, leaving the sandbox's cgroup behind.
+func TestSupervisorSecondStopSignal(t *testing.T) {
+	w := newWorld(t, 0)
+	s := w.create("twice", `exec sleep 1000`)
+	logFile := sandboxLog(w.state, "twice", contract.SupervisorLog)
+	const stopping, exits = "stopping the sandbox", "supervisor exits: sandbox stopped, resources released"
+	if b, _ := os.ReadFile(logFile); strings.Contains(string(b), stopping) {
+		t.Fatalf("%s names a stop before the test sent one:\n%s", logFile, b)
+	}
+	if err := syscall.Kill(s.SupervisorPid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(logFile); strings.Contains(string(b), stopping) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("no %q in %s within 10 s of SIGTERM:\n%s", stopping, logFile, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The first signal is handled and the shutdown has begun: a second one.
+	if err := syscall.Kill(s.SupervisorPid, syscall.SIGTERM); err != nil && err != syscall.ESRCH {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for syscall.Kill(s.SupervisorPid, 0) == nil && !exited(s.SupervisorPid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("supervisor %d still runs 20 s after its stop", s.SupervisorPid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(b), exits) {
+		t.Fatalf("the supervisor ended without releasing its sandbox (no %q in %s):\n%s", exits, logFile, b)
+	}
+}
+
+// exited: pid is a zombie (its parent, the gateway, has not reaped it yet).
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
 }
 
 // TestCLICreateCannotStart: a command that does not exist fails create at

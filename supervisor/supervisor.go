@@ -61,6 +61,9 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger, opts ...Optio
 		opt(&o)
 	}
 	err := run(ctx, specPath, log, o)
+	if err == nil {
+		log.Info().Msg("supervisor exits: sandbox stopped, resources released")
+	}
 	var cs *CannotStartError
 	if errors.As(err, &cs) {
 		log.Error().Err(err).Msg("the sandbox cannot start; the gateway will not retry")
@@ -82,6 +85,16 @@ func WithLogOut(w audit.EventsWriter) Option { return func(o *options) { o.logOu
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func run(ctx context.Context, specPath string, log zerolog.Logger, o options) error {
+	// Taken first, so released last: a stop signal that arrives while the
+	// sandbox is being taken down must not end the process before its
+	// cgroup and files are released. The gateway signals the supervisor's
+	// process group and the supervisor itself, so a stop delivers SIGTERM
+	// twice when the first has been handled before the second is sent;
+	// with the handler gone, the second took the default action and killed
+	// the supervisor half-way through its deferred closes.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	sp, err := spec.Read(specPath)
 	if err != nil {
 		return err
@@ -261,9 +274,6 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) er
 		}
 	}()
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sig)
 	select {
 	case <-sb.Done():
 		st, werr := sb.Wait()

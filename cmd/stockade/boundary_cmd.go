@@ -105,6 +105,13 @@ func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
 
 func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	log, logOut := newLog(cmd)
+	// Signals are handled from before "ready" (whoever saw the ready file
+	// may send SIGHUP or SIGTERM at once) and until every deferred close
+	// has run: a second SIGTERM or ^C during the shutdown must not end
+	// the process before the audit file is flushed.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	if o.proxyAddr == "" && o.dnsAddr == "" {
 		return &exitError{exitUsage, errors.New("boundary serve: --proxy and --dns are both empty; nothing to serve")}
 	}
@@ -198,11 +205,6 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitFailure, err}
 	}
 	defer stopBoundary()
-	// Signals are handled from before "ready": whoever saw the ready file
-	// may send SIGHUP or SIGTERM at once.
-	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	ready := boundaryReady{PID: os.Getpid()}
 	if o.metricsAddr != "" {
 		bound, stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
