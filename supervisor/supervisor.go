@@ -177,12 +177,14 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) er
 	if sp.Limits.MemoryBytes > 0 {
 		ns.TmpfsBytes = sp.Limits.MemoryBytes / 2 // each; charged to the sandbox's memory anyway
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	sb, err := nsrun.Start(startCtx, ns)
-	cancel()
+	sb, stopped, err := startSandbox(ctx, func(ctx context.Context) (*nsrun.Sandbox, error) { return nsrun.Start(ctx, ns) }, sig)
 	wlog.handedOver()
 	if reason, ok := nsrun.CannotStartReason(err); ok {
 		return &CannotStartError{Reason: reason, Err: err}
+	}
+	if err != nil && stopped != nil {
+		log.Info().Str("signal", stopped.String()).Err(err).Msg("stopped while the sandbox was starting")
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("supervisor: start sandbox: %w", err)
@@ -301,6 +303,41 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) er
 	case s := <-sig:
 		log.Info().Str("signal", s.String()).Msg("stopping the sandbox")
 		return nil
+	}
+}
+
+// startSandbox starts the sandbox (bounded to 30 s); a stop signal that
+// arrives meanwhile cancels the start (it is returned) or, when the start
+// wins, is put back on sig for the caller's wait.
+func startSandbox(ctx context.Context, start func(context.Context) (*nsrun.Sandbox, error), sig chan os.Signal) (*nsrun.Sandbox, os.Signal, error) {
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got := make(chan os.Signal, 1)
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sig:
+			got <- s
+			cancel()
+		case <-done:
+		}
+	}()
+	sb, err := start(startCtx)
+	close(done)
+	<-watched
+	select {
+	case s := <-got:
+		if err == nil {
+			select { // started after all: the caller's wait sees the stop
+			case sig <- s:
+			default: // another signal waits there already
+			}
+			return sb, nil, nil
+		}
+		return nil, s, err
+	default:
+		return sb, nil, err
 	}
 }
 
