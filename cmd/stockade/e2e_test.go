@@ -165,6 +165,44 @@ func TestServeAllowDenyRefuseAndReload(t *testing.T) {
 	}
 }
 
+// TestServeSecondSignalStillCleans: a second SIGTERM while the boundary
+// is stopping (a service manager's repeat, a second ^C) does not end it
+// before its closes have run. A connection held in a 2 s delay fault keeps
+// the stop going that long; the second signal comes once the stop is
+// logged. The boundary must exit 0 with its ready file removed (serve's
+// cleanup checks both) and its audit file holding the denial made before.
+func TestServeSecondSignalStillCleans(t *testing.T) {
+	f := newFixture(t)
+	s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--audit", f.audit, "--allow-loopback-upstream",
+		"--fault", "proxy.accept=delay/2s:1@1", "--metrics", "127.0.0.1:0")
+	if code, _ := curlVia(t, s.proxy, fmt.Sprintf("http://other.test:%d/", f.webPort)); code != "403" {
+		t.Fatalf("denied: %s", code)
+	}
+	held, err := net.Dial("tcp", s.proxy) // the second connection: delayed 2 s in its actor
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// Counted as the proxy actor spawns its conn actor, which then waits
+	// out the delay whatever the stop does meanwhile.
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return strings.Contains(s.metrics(t), `stockade_boundary_events_total{event="conn"} 2`)
+	}, "the held connection accepted")
+	begun := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.logHas("boundary stopping") }, "the boundary logs its stop")
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := s.p.Stop(15 * time.Second); err != nil {
+		t.Fatalf("a second SIGTERM during the stop: %v (want a clean exit)\n%s", err, s.p.Log.String())
+	}
+	if took := time.Since(begun); took < time.Second {
+		t.Fatalf("the stop took %s: the delayed connection did not hold it, so the second signal proved nothing", took)
+	}
+	if b, _ := os.ReadFile(f.audit); !strings.Contains(string(b), `"status_detail":"endpoint_not_allowed"`) {
+		t.Fatalf("the audit file lacks the denial after the stop:\n%s", b)
+	}
+}
+
 // TestServeIdentityPanicDeniesCleanly: with the identity lookup panicking,
 // curl gets 403 identity_unavailable, the process keeps serving DNS.
 func TestServeIdentityPanicDeniesCleanly(t *testing.T) {
