@@ -61,9 +61,6 @@ func Run(ctx context.Context, specPath string, log zerolog.Logger, opts ...Optio
 		opt(&o)
 	}
 	err := run(ctx, specPath, log, o)
-	if err == nil {
-		log.Info().Msg("supervisor exits: sandbox stopped, resources released")
-	}
 	var cs *CannotStartError
 	if errors.As(err, &cs) {
 		log.Error().Err(err).Msg("the sandbox cannot start; the gateway will not retry")
@@ -84,7 +81,7 @@ func WithLogOut(w audit.EventsWriter) Option { return func(o *options) { o.logOu
 // oneLine keeps a message on one line (the driver reads the last one).
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func run(ctx context.Context, specPath string, log zerolog.Logger, o options) error {
+func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (err error) {
 	// Taken first, so released last: a stop signal that arrives while the
 	// sandbox is being taken down must not end the process before its
 	// cgroup and files are released. The gateway signals the supervisor's
@@ -95,6 +92,11 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) er
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
+	defer func() { // after every other close, still under the handler
+		if err == nil {
+			log.Info().Msg("supervisor exits: sandbox stopped, resources released")
+		}
+	}()
 	sp, err := spec.Read(specPath)
 	if err != nil {
 		return err
