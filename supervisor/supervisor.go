@@ -314,13 +314,12 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 func startSandbox(ctx context.Context, start func(context.Context) (*nsrun.Sandbox, error), sig chan os.Signal) (*nsrun.Sandbox, os.Signal, error) {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	got := make(chan os.Signal, 1)
+	var stopped os.Signal // set by the watcher, read once it is done
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
-		case s := <-sig:
-			got <- s
+		case stopped = <-sig:
 			cancel()
 		case <-done:
 		}
@@ -328,18 +327,17 @@ func startSandbox(ctx context.Context, start func(context.Context) (*nsrun.Sandb
 	sb, err := start(startCtx)
 	close(done)
 	<-watched
-	select {
-	case s := <-got:
-		if err == nil {
-			select { // started after all: the caller's wait sees the stop
-			case sig <- s:
-			default: // another signal waits there already
-			}
-			return sb, nil, nil
-		}
-		return nil, s, err
-	default:
+	switch {
+	case stopped == nil:
 		return sb, nil, err
+	case err == nil: // started after all: the caller's wait sees the stop
+		select {
+		case sig <- stopped:
+		default: // another signal waits there already
+		}
+		return sb, nil, nil
+	default:
+		return nil, stopped, err
 	}
 }
 
