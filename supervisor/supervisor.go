@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/internal/procs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
@@ -212,6 +213,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 	if err != nil {
 		return err
 	}
+	defer procs.Start(ctx, log)() // as in boundary serve (internal/procs)
 	defer stopBoundary()
 
 	// The SSH server for exec and connect: one connection per relay stream;

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/internal/procs"
 	"github.com/stockade-dev/stockade/policy"
 )
 
@@ -205,6 +206,10 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitFailure, err}
 	}
 	defer stopBoundary()
+	// One processor for Go code while connections come one at a time, all
+	// of them under parallel load (internal/procs); GOMAXPROCS in the
+	// environment turns it off.
+	defer procs.Start(context.Background(), log)()
 	ready := boundaryReady{PID: os.Getpid()}
 	if o.metricsAddr != "" {
 		bound, stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())

@@ -39,7 +39,13 @@ func (s *served) logHas(sub string) bool { return strings.Contains(s.p.Log.Strin
 // file; at cleanup it must stop cleanly on SIGTERM and remove that file.
 func serve(t *testing.T, args ...string) *served {
 	t.Helper()
-	p := testworld.Start(t, testworld.Spec{Bin: binPath, Name: "boundary", Timeout: 20 * time.Second,
+	return serveEnv(t, nil, args...)
+}
+
+// serveEnv is serve with env added to the process's environment.
+func serveEnv(t *testing.T, env []string, args ...string) *served {
+	t.Helper()
+	p := testworld.Start(t, testworld.Spec{Bin: binPath, Name: "boundary", Timeout: 20 * time.Second, Env: env,
 		Args: append([]string{"boundary", "serve", "--log-format", "json", "--proxy", "127.0.0.1:0", "--dns", "127.0.0.1:0"}, args...)})
 	t.Cleanup(func() {
 		if err := p.Stop(15 * time.Second); err != nil {

@@ -1,0 +1,224 @@
+package procs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults of the scaler's thresholds (see the package comment).
+const (
+	// Window is how often the scaler samples and decides.
+	Window = 250 * time.Millisecond
+	// SlowWait is the scheduling wait counted as slow.
+	SlowWait = 100 * time.Microsecond
+	// UpFraction: more slow waits than this in a window scale up.
+	UpFraction = 0.10
+	// DownFraction: a window with fewer slow waits than this is quiet.
+	DownFraction = 0.05
+	// UpCPU: a window where one processor ran more than this share of the
+	// window scales up (work that waits for nothing but the processor).
+	UpCPU = 0.90
+	// MinEvents: a window with fewer scheduling events decides nothing.
+	MinEvents = 100
+	// HoldMin and HoldMax bound how long quiet windows must last before
+	// the scaler goes back to one processor.
+	HoldMin = time.Second
+	HoldMax = time.Minute
+)
+
+// Sample is what one window saw: scheduling events, those that waited
+// longer than SlowWait, and the process's CPU time (user and system).
+type Sample struct {
+	Events, Slow uint64
+	CPU          time.Duration
+}
+
+// Sampler reads the process's totals since it started; the scaler takes
+// differences between windows.
+type Sampler interface {
+	Read() (Sample, error)
+}
+
+// State is the scaler's memory between windows.
+type State struct {
+	Procs int           // processors now
+	Max   int           // the most it uses
+	Quiet time.Duration // how long the windows have been quiet at Max
+	Hold  time.Duration // how long they must be before one processor
+	Down  time.Time     // when it last went to one processor (zero: never)
+}
+
+// Decide returns the processors for the next window, given the window
+// that just ended (its length and what it saw), and the state after it.
+// It moves only between 1 and st.Max.
+func Decide(st State, w Sample, length time.Duration, now time.Time) (int, State) {
+	if st.Hold <= 0 {
+		st.Hold = HoldMin
+	}
+	if w.Events < MinEvents || length <= 0 {
+		return st.Procs, st // too little seen to judge either way
+	}
+	slow := float64(w.Slow) / float64(w.Events)
+	cpu := float64(w.CPU) / float64(length)
+	switch {
+	case st.Procs < st.Max:
+		if slow > UpFraction || cpu > UpCPU*float64(st.Procs) {
+			// Back to all of them. Soon after a return to one, the quiet
+			// run needed next time doubles; after a long stay at one it
+			// starts over.
+			if !st.Down.IsZero() && now.Sub(st.Down) < 2*st.Hold {
+				st.Hold = min(2*st.Hold, HoldMax)
+			} else {
+				st.Hold = HoldMin
+			}
+			st.Procs, st.Quiet = st.Max, 0
+		}
+	default:
+		if slow >= DownFraction {
+			st.Quiet = 0
+			break
+		}
+		st.Quiet += length
+		if st.Quiet >= st.Hold {
+			st.Procs, st.Quiet, st.Down = 1, 0, now
+		}
+	}
+	return st.Procs, st
+}
+
+// Scaler runs Decide every window and applies it.
+type Scaler struct {
+	log    zerolog.Logger
+	sample Sampler
+	set    func(int) int
+	window time.Duration
+	now    func() time.Time
+	tick   func(time.Duration) (<-chan time.Time, func())
+}
+
+// Option configures a Scaler.
+type Option func(*Scaler)
+
+// WithSampler replaces the runtime's metrics and getrusage.
+func WithSampler(s Sampler) Option { return func(c *Scaler) { c.sample = s } }
+
+// WithSetter replaces runtime.GOMAXPROCS.
+func WithSetter(f func(int) int) Option { return func(c *Scaler) { c.set = f } }
+
+// WithClock replaces time.Now and the window's ticker.
+func WithClock(now func() time.Time, tick func(time.Duration) (<-chan time.Time, func())) Option {
+	return func(c *Scaler) { c.now, c.tick = now, tick }
+}
+
+// WithWindow replaces Window.
+func WithWindow(d time.Duration) Option { return func(c *Scaler) { c.window = d } }
+
+// New returns a scaler logging its changes (at debug) to log.
+func New(log zerolog.Logger, opts ...Option) *Scaler {
+	s := &Scaler{log: log, sample: runtimeSampler{}, set: runtime.GOMAXPROCS, window: Window, now: time.Now,
+		tick: func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Enabled reports whether a scaler should run in this process: not when
+// the operator set GOMAXPROCS, nor with one processor to begin with.
+func Enabled() bool {
+	_, set := os.LookupEnv("GOMAXPROCS")
+	return !set && runtime.GOMAXPROCS(0) > 1
+}
+
+// Run scales until ctx ends, then puts back the processors it found.
+func (s *Scaler) Run(ctx context.Context) {
+	all := s.set(0)
+	if all <= 1 {
+		return
+	}
+	defer s.set(all)
+	st := State{Procs: all, Max: all}
+	prev, err := s.sample.Read()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("processor scaling off: cannot read the scheduler's latencies")
+		return
+	}
+	last := s.now()
+	ticks, stop := s.tick(s.window)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		cur, err := s.sample.Read()
+		if err != nil {
+			s.log.Warn().Err(err).Msg("processor scaling off: cannot read the scheduler's latencies")
+			return
+		}
+		now := s.now()
+		w := Sample{Events: cur.Events - prev.Events, Slow: cur.Slow - prev.Slow, CPU: cur.CPU - prev.CPU}
+		n, next := Decide(st, w, now.Sub(last), now)
+		if n != st.Procs {
+			s.set(n)
+			s.log.Debug().Int("from", st.Procs).Int("to", n).Uint64("events", w.Events).Uint64("slow", w.Slow).
+				Dur("cpu", w.CPU).Dur("hold", next.Hold).Msg("go processors scaled")
+		}
+		st, prev, last = next, cur, now
+	}
+}
+
+// runtimeSampler reads /sched/latencies:seconds and getrusage(RUSAGE_SELF).
+type runtimeSampler struct{}
+
+const schedLatencies = "/sched/latencies:seconds"
+
+var errNoLatencies = errors.New("runtime/metrics has no " + schedLatencies + " histogram")
+
+func (runtimeSampler) Read() (Sample, error) {
+	m := []metrics.Sample{{Name: schedLatencies}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return Sample{}, errNoLatencies
+	}
+	h := m[0].Value.Float64Histogram()
+	var s Sample
+	for i, c := range h.Counts {
+		s.Events += c
+		if h.Buckets[i] >= SlowWait.Seconds() {
+			s.Slow += c
+		}
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return Sample{}, err
+	}
+	s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return s, nil
+}
+
+// Start runs a scaler in the background when Enabled, until the returned
+// stop is called; stop waits for it to have put the processors back.
+func Start(ctx context.Context, log zerolog.Logger, opts ...Option) (stop func()) {
+	if !Enabled() {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		New(log, opts...).Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
