@@ -1,8 +1,11 @@
 // Package procs scales the number of processors that run Go code
 // (GOMAXPROCS) in a process that hosts a boundary (`boundary serve`, the
 // supervisor) to the load it sees: one processor while work comes one
-// piece at a time, all of them (the runtime's default, which respects a
-// cgroup's CPU limit) while goroutines wait to run.
+// piece at a time, all of them (the runtime's default: the CPUs, the
+// affinity mask, a cgroup's CPU limit) while goroutines wait to run.
+// Setting one processor stops the runtime's own updates of the count;
+// each return to all of them hands the count back to the runtime
+// (runtime.SetDefaultGOMAXPROCS), and so does the scaler's end.
 //
 // Why: with two processors and one client at a time, each goroutine made
 // runnable wakes the idle processor's thread, and the boundary pays those
@@ -16,12 +19,15 @@
 // processor) and the process's CPU time: a window where more than
 // UpFraction of the waits exceeded SlowWait, or where one processor was
 // nearly all used, scales up; a run of windows with almost no slow waits
-// scales down. Each return to one processor that is followed at once by a
-// return to all of them doubles how long the quiet run must be
-// (HoldMin to HoldMax), so a load on the edge does not flap.
+// scales down. The share of slow waits is judged only in a window of at
+// least MinEvents recorded waits (the runtime records a sample of them).
+// A return to all processors within twice the current hold of a return
+// to one doubles the hold, how long the quiet run must be (HoldMin to
+// HoldMax), so a load on the edge does not flap.
 //
 // An operator who sets GOMAXPROCS in the environment keeps it: the scaler
-// does not start. Seams: Sampler (what the window saw), the setter
-// (runtime.GOMAXPROCS) and the clock are options, and Decide is a pure
-// function of its state and one window, tested without a runtime.
+// does not start (Start logs so at debug). Seams: Sampler (what the window
+// saw), the setter (runtime.GOMAXPROCS and runtime.SetDefaultGOMAXPROCS)
+// and the clock are options, and Decide is a pure function of its state
+// and one window, tested without a runtime.
 package procs

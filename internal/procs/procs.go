@@ -3,6 +3,7 @@ package procs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -62,10 +63,18 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) (int, State
 	if st.Hold <= 0 {
 		st.Hold = HoldMin
 	}
-	if w.Events < MinEvents || length <= 0 {
-		return st.Procs, st // too little seen to judge either way
+	if length <= 0 {
+		return st.Procs, st
 	}
-	slow := float64(w.Slow) / float64(w.Events)
+	// The share of slow waits needs enough waits to mean anything; the
+	// CPU time does not (work that waits for nothing but the processor
+	// makes few scheduling events, and the runtime records a sample of
+	// them).
+	judged := w.Events >= MinEvents
+	slow := 0.0
+	if judged {
+		slow = float64(w.Slow) / float64(w.Events)
+	}
 	cpu := float64(w.CPU) / float64(length)
 	switch {
 	case st.Procs < st.Max:
@@ -81,6 +90,9 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) (int, State
 			st.Procs, st.Quiet = st.Max, 0
 		}
 	default:
+		if !judged {
+			break // too little seen to judge: the quiet run neither grows nor ends
+		}
 		if slow >= DownFraction {
 			st.Quiet = 0
 			break
@@ -98,6 +110,7 @@ type Scaler struct {
 	log    zerolog.Logger
 	sample Sampler
 	set    func(int) int
+	reset  func() int
 	window time.Duration
 	now    func() time.Time
 	tick   func(time.Duration) (<-chan time.Time, func())
@@ -109,8 +122,12 @@ type Option func(*Scaler)
 // WithSampler replaces the runtime's metrics and getrusage.
 func WithSampler(s Sampler) Option { return func(c *Scaler) { c.sample = s } }
 
-// WithSetter replaces runtime.GOMAXPROCS.
-func WithSetter(f func(int) int) Option { return func(c *Scaler) { c.set = f } }
+// WithSetter replaces runtime.GOMAXPROCS (set) and the return to the
+// runtime's default (reset: runtime.SetDefaultGOMAXPROCS, then the count
+// it chose).
+func WithSetter(set func(int) int, reset func() int) Option {
+	return func(c *Scaler) { c.set, c.reset = set, reset }
+}
 
 // WithClock replaces time.Now and the window's ticker.
 func WithClock(now func() time.Time, tick func(time.Duration) (<-chan time.Time, func())) Option {
@@ -122,7 +139,7 @@ func WithWindow(d time.Duration) Option { return func(c *Scaler) { c.window = d 
 
 // New returns a scaler logging its changes (at debug) to log.
 func New(log zerolog.Logger, opts ...Option) *Scaler {
-	s := &Scaler{log: log, sample: runtimeSampler{}, set: runtime.GOMAXPROCS, window: Window, now: time.Now,
+	s := &Scaler{log: log, sample: runtimeSampler{}, set: runtime.GOMAXPROCS, reset: defaultProcs, window: Window, now: time.Now,
 		tick: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
@@ -133,26 +150,33 @@ func New(log zerolog.Logger, opts ...Option) *Scaler {
 	return s
 }
 
-// Enabled reports whether a scaler should run in this process: not when
-// the operator set GOMAXPROCS, nor with one processor to begin with.
-func Enabled() bool {
-	_, set := os.LookupEnv("GOMAXPROCS")
-	return !set && runtime.GOMAXPROCS(0) > 1
+// defaultProcs hands GOMAXPROCS back to the runtime (which then follows
+// the CPUs, the affinity mask and a cgroup's CPU limit again) and returns
+// the count it chose.
+func defaultProcs() int {
+	runtime.SetDefaultGOMAXPROCS()
+	return runtime.GOMAXPROCS(0)
 }
 
-// Run scales until ctx ends, then puts back the processors it found.
+// Run scales until ctx ends, then hands the count back to the runtime.
+// Setting one processor stops the runtime's own updates of the count
+// (from a cgroup's CPU limit or the affinity mask); each return to all
+// of them, and the end, hand it back, so "all" is the runtime's default
+// at that moment.
 func (s *Scaler) Run(ctx context.Context) {
 	all := s.set(0)
 	if all <= 1 {
+		s.log.Debug().Int("procs", all).Msg("go processor scaling off: one processor to begin with")
 		return
 	}
-	defer s.set(all)
+	defer s.reset()
 	st := State{Procs: all, Max: all}
 	prev, err := s.sample.Read()
 	if err != nil {
-		s.log.Warn().Err(err).Msg("processor scaling off: cannot read the scheduler's latencies")
+		s.log.Warn().Err(err).Msg("go processor scaling off")
 		return
 	}
+	s.log.Debug().Int("max", all).Dur("window", s.window).Msg("go processor scaling on: between 1 and max with the load")
 	last := s.now()
 	ticks, stop := s.tick(s.window)
 	defer stop()
@@ -164,14 +188,19 @@ func (s *Scaler) Run(ctx context.Context) {
 		}
 		cur, err := s.sample.Read()
 		if err != nil {
-			s.log.Warn().Err(err).Msg("processor scaling off: cannot read the scheduler's latencies")
+			s.log.Warn().Err(err).Msg("go processor scaling off")
 			return
 		}
 		now := s.now()
 		w := Sample{Events: cur.Events - prev.Events, Slow: cur.Slow - prev.Slow, CPU: cur.CPU - prev.CPU}
 		n, next := Decide(st, w, now.Sub(last), now)
 		if n != st.Procs {
-			s.set(n)
+			if n == st.Max {
+				n = s.reset()
+				next.Procs, next.Max = n, n
+			} else {
+				s.set(n)
+			}
 			s.log.Debug().Int("from", st.Procs).Int("to", n).Uint64("events", w.Events).Uint64("slow", w.Slow).
 				Dur("cpu", w.CPU).Dur("hold", next.Hold).Msg("go processors scaled")
 		}
@@ -184,7 +213,7 @@ type runtimeSampler struct{}
 
 const schedLatencies = "/sched/latencies:seconds"
 
-var errNoLatencies = errors.New("runtime/metrics has no " + schedLatencies + " histogram")
+var errNoLatencies = errors.New("procs: runtime/metrics has no " + schedLatencies + " histogram")
 
 func (runtimeSampler) Read() (Sample, error) {
 	m := []metrics.Sample{{Name: schedLatencies}}
@@ -202,16 +231,17 @@ func (runtimeSampler) Read() (Sample, error) {
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return Sample{}, err
+		return Sample{}, fmt.Errorf("procs: getrusage: %w", err)
 	}
 	s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	return s, nil
 }
 
 // Start runs a scaler in the background when Enabled, until the returned
-// stop is called; stop waits for it to have put the processors back.
+// stop is called; stop waits for it to have handed the count back.
 func Start(ctx context.Context, log zerolog.Logger, opts ...Option) (stop func()) {
-	if !Enabled() {
+	if v, set := os.LookupEnv("GOMAXPROCS"); set {
+		log.Debug().Str("GOMAXPROCS", v).Msg("go processor scaling off: GOMAXPROCS is set in the environment")
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)

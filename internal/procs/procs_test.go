@@ -2,6 +2,7 @@ package procs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -66,7 +67,8 @@ func TestDecideScalesUpOnSlowWaitsOrAFullProcessor(t *testing.T) {
 		{"at the up fraction", window(1000, UpFraction, 0.2), 1},
 		{"one processor nearly all used", window(500, 0.01, 0.95), 4},
 		{"one client (2% slow, 0.65 of a processor)", window(1600, 0.02, 0.65), 1},
-		{"too few events to judge", window(MinEvents-1, 0.9, 0.99), 1},
+		{"too few events to judge the waits", window(MinEvents-1, 0.9, 0.5), 1},
+		{"few events, one processor nearly all used", window(10, 0, 0.95), 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, st := Decide(State{Procs: 1, Max: 4, Down: t0}, tc.w, Window, t0.Add(time.Hour))
@@ -111,12 +113,31 @@ func TestDecideHoldDoublesWhenItFlaps(t *testing.T) {
 	}
 }
 
-// fakeRuntime is the scaler's seams: samples fed one per tick, the
-// processors set, and the ticker.
+func TestDecideWindowsWithFewEventsNeitherCountNorReset(t *testing.T) {
+	st := State{Procs: 2, Max: 2}
+	now := t0
+	for i := 0; i < int(HoldMin/Window)-1; i++ {
+		now = now.Add(Window)
+		_, st = Decide(st, window(800, 0.01, 0.5), Window, now)
+	}
+	quiet := st.Quiet
+	now = now.Add(Window)
+	if _, st = Decide(st, window(MinEvents-1, 0.5, 0.1), Window, now); st.Quiet != quiet || st.Procs != 2 {
+		t.Fatalf("a window of %d events moved the quiet run %s -> %s (procs %d)", MinEvents-1, quiet, st.Quiet, st.Procs)
+	}
+	now = now.Add(Window)
+	if n, _ := Decide(st, window(800, 0.01, 0.5), Window, now); n != 1 {
+		t.Fatalf("the quiet run around a window of few events did not end at one processor (%d)", n)
+	}
+}
+
+// fakeRuntime is the scaler's seams: samples fed one per tick, what the
+// scaler did to the processors, and the ticker.
 type fakeRuntime struct {
 	mu      sync.Mutex
-	procs   int
-	set     []int
+	procs   int // the runtime's default count
+	cur     int
+	did     []string
 	total   Sample
 	windows []Sample
 	ticks   chan time.Time
@@ -126,7 +147,6 @@ type fakeRuntime struct {
 
 func (f *fakeRuntime) Read() (Sample, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if len(f.windows) > 0 && f.now.After(t0) {
 		w := f.windows[0]
 		f.windows = f.windows[1:]
@@ -134,56 +154,76 @@ func (f *fakeRuntime) Read() (Sample, error) {
 		f.total.Slow += w.Slow
 		f.total.CPU += w.CPU
 	}
-	defer func() { f.read <- struct{}{} }()
-	return f.total, nil
+	total := f.total
+	f.mu.Unlock()
+	f.read <- struct{}{}
+	return total, nil
 }
 
-func (f *fakeRuntime) setProcs(n int) int {
+func (f *fakeRuntime) set(n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	old := f.procs
+	old := f.cur
 	if n > 0 {
-		f.procs = n
-		f.set = append(f.set, n)
+		f.cur = n
+		f.did = append(f.did, fmt.Sprintf("set %d", n))
 	}
 	return old
 }
 
-func TestScalerAppliesDecisionsAndRestores(t *testing.T) {
-	f := &fakeRuntime{procs: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
+func (f *fakeRuntime) reset() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cur = f.procs
+	f.did = append(f.did, "reset")
+	return f.cur
+}
+
+// within waits for c, failing the test after 10 s.
+func within(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10 s", what)
+	}
+}
+
+func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
+	f := &fakeRuntime{procs: 2, cur: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
 	quiet, busy := window(800, 0.01, 0.6), window(3000, 0.4, 0.8)
 	for i := 0; i < int(HoldMin/Window); i++ {
 		f.windows = append(f.windows, quiet)
 	}
 	f.windows = append(f.windows, busy)
-	s := New(zerolog.Nop(), WithSampler(f), WithSetter(f.setProcs),
+	s := New(zerolog.Nop(), WithSampler(f), WithSetter(f.set, f.reset),
 		WithClock(func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now },
 			func(time.Duration) (<-chan time.Time, func()) { return f.ticks, func() {} }))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	<-f.read // the first read, before any window
+	within(t, f.read, "first read, before any window")
 	for i := 0; i < int(HoldMin/Window)+1; i++ {
 		f.mu.Lock()
 		f.now = f.now.Add(Window)
+		now := f.now
 		f.mu.Unlock()
-		f.ticks <- f.now
-		<-f.read
+		select {
+		case f.ticks <- now:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("window %d: the scaler took no tick within 10 s", i)
+		}
+		within(t, f.read, "read after a tick")
 	}
 	cancel()
-	<-done
+	within(t, done, "end of Run after its context ended")
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// The last window's decision is applied before Run sees the cancel:
-	// wait for Run to have ended (done) before reading what it set.
-	want := []int{1, 2, 2} // one after the quiet hold, all after the busy window, all again on exit
-	if len(f.set) != len(want) {
-		t.Fatalf("set %v; want %v", f.set, want)
-	}
-	for i := range want {
-		if f.set[i] != want[i] {
-			t.Fatalf("set %v; want %v", f.set, want)
-		}
+	// One processor after the quiet hold, the runtime's default after
+	// the busy window, and again at the end.
+	want := []string{"set 1", "reset", "reset"}
+	if fmt.Sprint(f.did) != fmt.Sprint(want) {
+		t.Fatalf("the scaler did %v; want %v", f.did, want)
 	}
 }
 
@@ -208,12 +248,5 @@ func TestRuntimeSamplerReadsTheScheduler(t *testing.T) {
 	// The runtime records a sample of the scheduling events, not each.
 	if b.Events <= a.Events || b.CPU <= a.CPU || b.Slow < a.Slow {
 		t.Fatalf("before %+v, after 200 goroutines and 20 ms of CPU %+v: want more events and CPU", a, b)
-	}
-}
-
-func TestEnabledRespectsTheOperator(t *testing.T) {
-	t.Setenv("GOMAXPROCS", "2")
-	if Enabled() {
-		t.Fatal("Enabled with GOMAXPROCS set in the environment")
 	}
 }
