@@ -26,7 +26,8 @@ const (
 	// UpCPU: a window where one processor ran more than this share of the
 	// window scales up (work that waits for nothing but the processor).
 	UpCPU = 0.90
-	// MinEvents: a window with fewer scheduling events decides nothing.
+	// MinEvents: in a window with fewer recorded scheduling waits, the
+	// share of slow ones is not judged (the CPU rule still is).
 	MinEvents = 100
 	// HoldMin and HoldMax bound how long quiet windows must last before
 	// the scaler goes back to one processor.
@@ -56,15 +57,15 @@ type State struct {
 	Down  time.Time     // when it last went to one processor (zero: never)
 }
 
-// Decide returns the processors for the next window, given the window
-// that just ended (its length and what it saw), and the state after it.
-// It moves only between 1 and st.Max.
-func Decide(st State, w Sample, length time.Duration, now time.Time) (int, State) {
+// Decide returns the state after the window that just ended (its length
+// and what it saw); its Procs are the processors for the next window,
+// 1 or st.Max.
+func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 	if st.Hold <= 0 {
 		st.Hold = HoldMin
 	}
 	if length <= 0 {
-		return st.Procs, st
+		return st
 	}
 	// The share of slow waits needs enough waits to mean anything; the
 	// CPU time does not (work that waits for nothing but the processor
@@ -102,7 +103,7 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) (int, State
 			st.Procs, st.Quiet, st.Down = 1, 0, now
 		}
 	}
-	return st.Procs, st
+	return st
 }
 
 // Scaler runs Decide every window and applies it.
@@ -193,15 +194,15 @@ func (s *Scaler) Run(ctx context.Context) {
 		}
 		now := s.now()
 		w := Sample{Events: cur.Events - prev.Events, Slow: cur.Slow - prev.Slow, CPU: cur.CPU - prev.CPU}
-		n, next := Decide(st, w, now.Sub(last), now)
-		if n != st.Procs {
-			if n == st.Max {
-				n = s.reset()
+		next := Decide(st, w, now.Sub(last), now)
+		if next.Procs != st.Procs {
+			if next.Procs == st.Max {
+				n := s.reset()
 				next.Procs, next.Max = n, n
 			} else {
-				s.set(n)
+				s.set(next.Procs)
 			}
-			s.log.Debug().Int("from", st.Procs).Int("to", n).Uint64("events", w.Events).Uint64("slow", w.Slow).
+			s.log.Debug().Int("from", st.Procs).Int("to", next.Procs).Uint64("events", w.Events).Uint64("slow", w.Slow).
 				Dur("cpu", w.CPU).Dur("hold", next.Hold).Msg("go processors scaled")
 		}
 		st, prev, last = next, cur, now

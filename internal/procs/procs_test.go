@@ -18,41 +18,42 @@ func window(n uint64, slow float64, cpu float64) Sample {
 	return Sample{Events: n, Slow: uint64(float64(n) * slow), CPU: time.Duration(cpu * float64(Window))}
 }
 
-func TestDecideGoesToOneAfterAQuietHold(t *testing.T) {
-	st := State{Procs: 2, Max: 2}
-	now := t0
-	quiet := window(800, 0.02, 0.7) // one client at a time, two processors
+// quiet is a window of one client at a time on two processors.
+func quiet() Sample { return window(800, 0.02, 0.7) }
+
+// almostDown feeds quiet windows to st (at two processors) until one more
+// would end the hold, checking that none ends it early; it returns the
+// state and the time of the last window.
+func almostDown(t *testing.T, st State, now time.Time) (State, time.Time) {
+	t.Helper()
 	steps := int(HoldMin / Window)
 	for i := 1; i < steps; i++ {
 		now = now.Add(Window)
-		var n int
-		n, st = Decide(st, quiet, Window, now)
-		if n != 2 {
-			t.Fatalf("window %d of %d: went to %d processors before the hold of %s", i, steps, n, HoldMin)
+		if st = Decide(st, quiet(), Window, now); st.Procs != 2 {
+			t.Fatalf("window %d of %d: went to %d processors before the hold of %s", i, steps, st.Procs, HoldMin)
 		}
 	}
+	return st, now
+}
+
+func TestDecideGoesToOneAfterAQuietHold(t *testing.T) {
+	st, now := almostDown(t, State{Procs: 2, Max: 2}, t0)
 	now = now.Add(Window)
-	n, st := Decide(st, quiet, Window, now)
-	if n != 1 || st.Procs != 1 || !st.Down.Equal(now) {
-		t.Fatalf("after %s of quiet windows: %d processors, state %+v; want 1", HoldMin, n, st)
+	if st = Decide(st, quiet(), Window, now); st.Procs != 1 || !st.Down.Equal(now) {
+		t.Fatalf("after %s of quiet windows: state %+v; want 1 processor, down at %s", HoldMin, st, now)
 	}
 }
 
 func TestDecideBusyWindowResetsTheQuietRun(t *testing.T) {
-	st := State{Procs: 2, Max: 2}
-	now := t0
-	for i := 0; i < int(HoldMin/Window)-1; i++ {
-		now = now.Add(Window)
-		_, st = Decide(st, window(800, 0.01, 0.5), Window, now)
-	}
+	st, now := almostDown(t, State{Procs: 2, Max: 2}, t0)
 	now = now.Add(Window)
-	_, st = Decide(st, window(4000, 0.30, 1.0), Window, now) // 16 clients
+	st = Decide(st, window(4000, 0.30, 1.0), Window, now) // 16 clients
 	if st.Quiet != 0 || st.Procs != 2 {
 		t.Fatalf("a busy window left quiet=%s procs=%d; want 0 and 2", st.Quiet, st.Procs)
 	}
 	now = now.Add(Window)
-	if n, _ := Decide(st, window(800, 0.01, 0.5), Window, now); n != 2 {
-		t.Fatalf("one quiet window after a busy one went to %d processors", n)
+	if st = Decide(st, quiet(), Window, now); st.Procs != 2 {
+		t.Fatalf("one quiet window after a busy one went to %d processors", st.Procs)
 	}
 }
 
@@ -71,9 +72,8 @@ func TestDecideScalesUpOnSlowWaitsOrAFullProcessor(t *testing.T) {
 		{"few events, one processor nearly all used", window(10, 0, 0.95), 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, st := Decide(State{Procs: 1, Max: 4, Down: t0}, tc.w, Window, t0.Add(time.Hour))
-			if n != tc.want || st.Procs != tc.want {
-				t.Fatalf("got %d processors (state %d); want %d", n, st.Procs, tc.want)
+			if st := Decide(State{Procs: 1, Max: 4, Down: t0}, tc.w, Window, t0.Add(time.Hour)); st.Procs != tc.want {
+				t.Fatalf("got %d processors; want %d", st.Procs, tc.want)
 			}
 		})
 	}
@@ -82,15 +82,15 @@ func TestDecideScalesUpOnSlowWaitsOrAFullProcessor(t *testing.T) {
 func TestDecideHoldDoublesWhenItFlaps(t *testing.T) {
 	st := State{Procs: 2, Max: 2}
 	now := t0
-	quiet, busy := window(800, 0.01, 0.6), window(3000, 0.4, 0.8)
+	busy := window(3000, 0.4, 0.8)
 	var holds []time.Duration
 	for cycle := 0; cycle < 8; cycle++ {
 		for st.Procs == 2 {
 			now = now.Add(Window)
-			_, st = Decide(st, quiet, Window, now)
+			st = Decide(st, quiet(), Window, now)
 		}
 		now = now.Add(Window) // the next window at one processor is busy
-		_, st = Decide(st, busy, Window, now)
+		st = Decide(st, busy, Window, now)
 		if st.Procs != 2 {
 			t.Fatalf("cycle %d: a busy window at one processor left %d", cycle, st.Procs)
 		}
@@ -105,29 +105,24 @@ func TestDecideHoldDoublesWhenItFlaps(t *testing.T) {
 	// A long stay at one processor: the next return starts over.
 	for st.Procs == 2 {
 		now = now.Add(Window)
-		_, st = Decide(st, quiet, Window, now)
+		st = Decide(st, quiet(), Window, now)
 	}
 	now = now.Add(2*st.Hold + time.Second)
-	if _, st = Decide(st, busy, Window, now); st.Hold != HoldMin {
+	if st = Decide(st, busy, Window, now); st.Hold != HoldMin {
 		t.Fatalf("after a long stay at one processor the hold is %s; want %s", st.Hold, HoldMin)
 	}
 }
 
 func TestDecideWindowsWithFewEventsNeitherCountNorReset(t *testing.T) {
-	st := State{Procs: 2, Max: 2}
-	now := t0
-	for i := 0; i < int(HoldMin/Window)-1; i++ {
-		now = now.Add(Window)
-		_, st = Decide(st, window(800, 0.01, 0.5), Window, now)
-	}
-	quiet := st.Quiet
+	st, now := almostDown(t, State{Procs: 2, Max: 2}, t0)
+	before := st.Quiet
 	now = now.Add(Window)
-	if _, st = Decide(st, window(MinEvents-1, 0.5, 0.1), Window, now); st.Quiet != quiet || st.Procs != 2 {
-		t.Fatalf("a window of %d events moved the quiet run %s -> %s (procs %d)", MinEvents-1, quiet, st.Quiet, st.Procs)
+	if st = Decide(st, window(MinEvents-1, 0.5, 0.1), Window, now); st.Quiet != before || st.Procs != 2 {
+		t.Fatalf("a window of %d events moved the quiet run %s -> %s (procs %d)", MinEvents-1, before, st.Quiet, st.Procs)
 	}
 	now = now.Add(Window)
-	if n, _ := Decide(st, window(800, 0.01, 0.5), Window, now); n != 1 {
-		t.Fatalf("the quiet run around a window of few events did not end at one processor (%d)", n)
+	if st = Decide(st, quiet(), Window, now); st.Procs != 1 {
+		t.Fatalf("the quiet run around a window of few events did not end at one processor (%d)", st.Procs)
 	}
 }
 
@@ -191,9 +186,9 @@ func within(t *testing.T, c <-chan struct{}, what string) {
 
 func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
 	f := &fakeRuntime{procs: 2, cur: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
-	quiet, busy := window(800, 0.01, 0.6), window(3000, 0.4, 0.8)
+	busy := window(3000, 0.4, 0.8)
 	for i := 0; i < int(HoldMin/Window); i++ {
-		f.windows = append(f.windows, quiet)
+		f.windows = append(f.windows, quiet())
 	}
 	f.windows = append(f.windows, busy)
 	s := New(zerolog.Nop(), WithSampler(f), WithSetter(f.set, f.reset),
