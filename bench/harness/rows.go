@@ -167,27 +167,43 @@ func (h *harness) tunnelRows(c int) []Row {
 	if h.gofloor != nil && h.gofloor.why == "" {
 		rows = append(rows, h.floorRow(c, sk, tp))
 	}
+	if h.noID != nil && h.noID.why == "" {
+		rows = append(rows, h.noIdentityRow(c, sk, tp))
+	}
 	return rows
+}
+
+// noIdentityRow compares the boundary's CPU per tunnel with the same
+// boundary's without identity (--identity none: actors, policy and audit
+// still on), and that with tinyproxy's: what exact identity costs.
+func (h *harness) noIdentityRow(c int, sk, tp tunnelStats) Row {
+	return h.baseRow(c, sk, tp, h.noID, "server CPU per tunnel c=%d vs the boundary without identity", "--identity none", "without identity")
 }
 
 // floorRow compares the boundary's CPU per tunnel with gofloor's (a
 // minimal Go CONNECT proxy: bench/cmd/gofloor), and gofloor's with
 // tinyproxy's: what the boundary's own path costs, and what Go's runtime
-// and net package cost against a C proxy. No target: it explains the
-// CPU row.
+// and net package cost against a C proxy.
 func (h *harness) floorRow(c int, sk, tp tunnelStats) Row {
-	gf := h.tunnelStats(h.gofloor, c)
-	if gf.errors > 0 {
-		h.note("%s c=%d: %d failed tunnels over %d run(s) %v; first: %s", h.gofloor.name, c, gf.errors, gf.runs, gf.kinds, gf.first)
+	return h.baseRow(c, sk, tp, h.gofloor, "server CPU per tunnel c=%d vs the Go floor", "gofloor", "gofloor")
+}
+
+// baseRow compares the boundary's CPU per tunnel with base's, then base's
+// with tinyproxy's. No target: it explains the CPU row. name has a %d for
+// c; label follows base's CPU in its cell and names it in the ratio.
+func (h *harness) baseRow(c int, sk, tp tunnelStats, base *system, name, label, ratioName string) Row {
+	b := h.tunnelStats(base, c)
+	if b.errors > 0 {
+		h.note("%s c=%d: %d failed tunnels over %d run(s) %v; first: %s", base.name, c, b.errors, b.runs, b.kinds, b.first)
 	}
 	r := Row{
-		Name:     fmt.Sprintf("server CPU per tunnel c=%d vs the Go floor", c),
+		Name:     fmt.Sprintf(name, c),
 		Stockade: cell(h.stockade, sk.runs, fmtCPU(sk)),
-		Peer:     cell(h.gofloor, gf.runs, withErr(gf, fmtCPU(gf)+" gofloor at "+fmtRate(gf.rate)+"/s")),
-		Ratio:    fmtRatio(sk.cpuT, gf.cpuT),
+		Peer:     cell(base, b.runs, withErr(b, fmtCPU(b)+" "+label+" at "+fmtRate(b.rate)+"/s")),
+		Ratio:    fmtRatio(sk.cpuT, b.cpuT),
 	}
 	if r.Ratio != "" && tp.runs > 0 && tp.cpuT > 0 {
-		r.Ratio += fmt.Sprintf(" (gofloor/tinyproxy %.2fx)", gf.cpuT/tp.cpuT)
+		r.Ratio += fmt.Sprintf(" (%s/tinyproxy %.2fx)", ratioName, b.cpuT/tp.cpuT)
 	}
 	return r
 }
@@ -639,6 +655,11 @@ func (h *harness) header() []string {
 		"Go floor rows: gofloor (bench/cmd/gofloor) is a CONNECT proxy in Go with nothing of the boundary's path (no identity, " +
 			"policy, actors or audit; a goroutine per connection, net's splice relays), run in the same rounds to 127.0.0.1:PORT; " +
 			"ratio: stockade/gofloor, then gofloor/tinyproxy (CPU) or gofloor/direct (bulk).",
+	}
+	if h.noID != nil && h.noID.why == "" {
+		fixed = append(fixed, fmt.Sprintf("without identity rows: %s is a second `boundary serve` of the same binary with --identity none "+
+			"(actors, policy, audit as stockade's), run in the same rounds; ratio: stockade/%s (what exact identity costs), "+
+			"then %s/tinyproxy.", noIdentity, noIdentity, noIdentity))
 	}
 	if h.sandbox.why != sandboxOff {
 		fixed = append(fixed, fmt.Sprintf("sandbox rows: a gateway (`stockade gateway run`, its own state dir, --allow-loopback-upstream, --hosts as above) "+

@@ -72,6 +72,7 @@ func fakeHarness(sandboxWhy string) *harness {
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct"},
 		gofloor:   &system{name: "gofloor"},
+		noID:      &system{name: noIdentity},
 		serveCG:   &system{name: serveCgroup},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
@@ -83,7 +84,8 @@ func fakeHarness(sandboxWhy string) *harness {
 	h.tunnels["stockade/c=16"] = run(5000, 2*time.Millisecond, time.Second)           // 100µs per tunnel
 	h.tunnels["tinyproxy/c=16"] = run(4000, 3*time.Millisecond, 800*time.Millisecond) // 100µs
 	h.tunnels["direct/c=16"] = run(10000, time.Millisecond, 0)
-	h.tunnels["gofloor/c=16"] = run(6000, 2*time.Millisecond, 600*time.Millisecond) // 50µs
+	h.tunnels["gofloor/c=16"] = run(6000, 2*time.Millisecond, 600*time.Millisecond)     // 50µs
+	h.tunnels[noIdentity+"/c=16"] = run(5500, 2*time.Millisecond, 880*time.Millisecond) // 80µs
 	h.bulk["gofloor"] = []loadgen.BulkResult{{MBps: 1200}}
 	h.bulk["stockade"] = []loadgen.BulkResult{{MBps: 1500}}
 	h.bulk["tinyproxy"] = []loadgen.BulkResult{{MBps: 400}}
@@ -130,9 +132,41 @@ func TestFloorRow(t *testing.T) {
 	h.gofloor.why = "not serving"
 	delete(h.tunnels, "gofloor/c=16")
 	delete(h.bulk, "gofloor")
+	noRowNamed(t, h, "Go floor")
+}
+
+// noRowNamed fails if a row's name holds part (a system that did not run).
+func noRowNamed(t *testing.T, h *harness, part string) {
+	t.Helper()
 	for _, r := range h.networkRows() {
-		if strings.Contains(r.Name, "Go floor") {
-			t.Fatalf("a row for a gofloor that did not run: %+v", r)
+		if strings.Contains(r.Name, part) {
+			t.Fatalf("a row for a system that did not run: %+v", r)
+		}
+	}
+}
+
+// TestNoIdentityRow: the boundary's CPU per tunnel against its own without
+// identity, then that against tinyproxy's; no such row when the second
+// serve did not run (stockade already without identity, or not serving).
+func TestNoIdentityRow(t *testing.T) {
+	h := fakeHarness("")
+	r := rowByName(t, h.networkRows(), "server CPU per tunnel c=16 vs the boundary without identity")
+	if r.Stockade != "100.0µs (user 25.0µs)" || r.Peer != "80.0µs (user 20.0µs) --identity none at 5500/s" ||
+		r.Ratio != "1.25x (without identity/tinyproxy 0.80x)" || r.Target != "" || r.Verdict != Info {
+		t.Fatalf("no-identity row %+v", r)
+	}
+	h.header() // adds the notes that explain the rows
+	if !slices.ContainsFunc(h.notes, func(n string) bool { return strings.HasPrefix(n, "without identity rows: "+noIdentity) }) {
+		t.Fatalf("no note says what the row compares: %q", h.notes)
+	}
+	h = fakeHarness("")
+	h.noID.why = "stockade runs --identity none already"
+	delete(h.tunnels, noIdentity+"/c=16")
+	h.header()
+	noRowNamed(t, h, "without identity")
+	for _, n := range h.notes {
+		if strings.HasPrefix(n, "without identity rows") {
+			t.Fatalf("a note for a serve that did not run: %q", n)
 		}
 	}
 }

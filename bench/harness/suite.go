@@ -104,6 +104,9 @@ type dnsRun struct {
 	cpu cpuTime
 }
 
+// noIdentity names the second `boundary serve`, with --identity none.
+const noIdentity = "serve-noidentity"
+
 type harness struct {
 	cfg      Config
 	tools    Tools
@@ -120,6 +123,10 @@ type harness struct {
 	// runtime and net package cost without the boundary's path. It runs
 	// the tunnels and bulk loads.
 	gofloor *system
+	// noID is a second `boundary serve` with --identity none (actors,
+	// policy and audit on): what the boundary costs without identity. It
+	// runs the tunnels load.
+	noID *system
 	// serveCG is `boundary serve` loaded from a control group like the
 	// sandbox's (loadgroup.go).
 	serveCG *system
@@ -170,6 +177,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		dnsmasq:   &system{name: "dnsmasq"},
 		direct:    &system{name: "direct", host: "127.0.0.1"},
 		gofloor:   &system{name: "gofloor", host: "127.0.0.1"},
+		noID:      &system{name: noIdentity, host: upstreamName},
 		serveCG:   &system{name: serveCgroup, host: upstreamName},
 		tunnels:   map[string][]tunnelRun{}, bulk: map[string][]loadgen.BulkResult{},
 		dnsRuns: map[string][]dnsRun{}, rss: map[string]*rssResult{}, failed: map[string][]string{},
@@ -209,7 +217,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.startUpstream(ctx, 4*time.Hour); err != nil {
 		return err
 	}
-	ports := make([]int, 5)
+	ports := make([]int, 7)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -218,6 +226,7 @@ func (h *harness) setup(ctx context.Context) error {
 		ports[i] = p
 	}
 	tpPort, dmPort, skProxy, skDNS, gfPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	noIDProxy, noIDDNS := ports[5], ports[6]
 	h.files, err = writeFiles(fileParams{
 		dir: h.dir, names: h.cfg.DNSNames, echoPort: h.echoPort, sinkPort: h.sinkPort,
 		binary: h.cfg.Binary, tinyproxyPort: tpPort,
@@ -233,6 +242,14 @@ func (h *harness) setup(ctx context.Context) error {
 	h.startServer(ctx, h.gofloor, h.floorBin, "-listen", h.gofloor.proxy)
 	if h.stockade.why == "" {
 		h.startStockade(ctx, stockadeBin, skProxy, skDNS)
+	}
+	switch {
+	case h.stockade.why != "":
+		h.noID.why = h.stockade.why
+	case h.cfg.Identity == "none":
+		h.noID.why = "stockade runs --identity none already"
+	default:
+		h.startNoIdentity(ctx, stockadeBin, noIDProxy, noIDDNS)
 	}
 	switch {
 	case h.stockade.why == "not built":
@@ -304,6 +321,19 @@ func (h *harness) startStockade(ctx context.Context, bin string, proxyPort, dnsP
 		args = append(args, "--audit", filepath.Join(h.dir, "audit.jsonl"))
 	}
 	h.startServer(ctx, h.stockade, bin, append(args, h.cfg.StockadeArgs...)...)
+}
+
+// startNoIdentity starts the second `boundary serve`, as startStockade
+// does but with --identity none and its own ports and audit file.
+func (h *harness) startNoIdentity(ctx context.Context, bin string, proxyPort, dnsPort int) {
+	h.noID.proxy = fmt.Sprintf("127.0.0.1:%d", proxyPort)
+	h.noID.dns = fmt.Sprintf("127.0.0.1:%d", dnsPort)
+	args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.noID.proxy,
+		"--dns", h.noID.dns, "--hosts", h.files.hosts, "--identity", "none", "--allow-loopback-upstream"}
+	if h.cfg.Audit {
+		args = append(args, "--audit", filepath.Join(h.dir, "audit-"+noIdentity+".jsonl"))
+	}
+	h.startServer(ctx, h.noID, bin, append(args, h.cfg.StockadeArgs...)...)
 }
 
 // startUpstream runs `loadgen upstream` (it exits by itself after
@@ -458,7 +488,7 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
 	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
-	loaded := append(slices.Clone(proxies), h.serveCG) // serve-cgroup: tunnels only
+	loaded := append(slices.Clone(proxies), h.serveCG, h.noID) // tunnels only
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
