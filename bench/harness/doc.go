@@ -4,7 +4,9 @@
 // Run (bench/cmd/benchtable) builds stockade and the load generator,
 // starts stockade's standalone boundary and its peers (tinyproxy for the
 // HTTP CONNECT proxy, dnsmasq for DNS, and gofloor, a minimal Go CONNECT
-// proxy, for the CPU a Go proxy costs at least) on 127.0.0.1 and, as root, a
+// proxy, for the CPU a Go proxy costs at least), and a second standalone
+// boundary with --identity none (serve-noidentity, for what exact identity
+// costs) on 127.0.0.1 and, as root, a
 // gateway with one sandbox whose workload runs the loads inside it
 // through its supervisor's boundary, and, beside it, the standalone
 // boundary loaded from a cgroup made like the sandbox's (serve-cgroup, to
