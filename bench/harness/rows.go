@@ -177,7 +177,7 @@ func (h *harness) tunnelRows(c int) []Row {
 // boundary's without identity (--identity none: actors, policy and audit
 // still on), and that with tinyproxy's: what exact identity costs.
 func (h *harness) noIdentityRow(c int, sk, tp tunnelStats) Row {
-	return h.baseRow(c, sk, tp, h.noID, "server CPU per tunnel c=%d vs the boundary without identity", "--identity none", "without identity")
+	return h.baseRow(c, sk, tp, h.noID, "the boundary without identity", "--identity none", "without identity")
 }
 
 // floorRow compares the boundary's CPU per tunnel with gofloor's (a
@@ -185,19 +185,20 @@ func (h *harness) noIdentityRow(c int, sk, tp tunnelStats) Row {
 // tinyproxy's: what the boundary's own path costs, and what Go's runtime
 // and net package cost against a C proxy.
 func (h *harness) floorRow(c int, sk, tp tunnelStats) Row {
-	return h.baseRow(c, sk, tp, h.gofloor, "server CPU per tunnel c=%d vs the Go floor", "gofloor", "gofloor")
+	return h.baseRow(c, sk, tp, h.gofloor, "the Go floor", "gofloor", "gofloor")
 }
 
 // baseRow compares the boundary's CPU per tunnel with base's, then base's
-// with tinyproxy's. No target: it explains the CPU row. name has a %d for
-// c; label follows base's CPU in its cell and names it in the ratio.
-func (h *harness) baseRow(c int, sk, tp tunnelStats, base *system, name, label, ratioName string) Row {
+// with tinyproxy's. No target: it explains the CPU row. vs ends the row's
+// name, label follows base's CPU in its cell, ratioName names base in the
+// ratio.
+func (h *harness) baseRow(c int, sk, tp tunnelStats, base *system, vs, label, ratioName string) Row {
 	b := h.tunnelStats(base, c)
 	if b.errors > 0 {
 		h.note("%s c=%d: %d failed tunnels over %d run(s) %v; first: %s", base.name, c, b.errors, b.runs, b.kinds, b.first)
 	}
 	r := Row{
-		Name:     fmt.Sprintf(name, c),
+		Name:     fmt.Sprintf("server CPU per tunnel c=%d vs %s", c, vs),
 		Stockade: cell(h.stockade, sk.runs, fmtCPU(sk)),
 		Peer:     cell(base, b.runs, withErr(b, fmtCPU(b)+" "+label+" at "+fmtRate(b.rate)+"/s")),
 		Ratio:    fmtRatio(sk.cpuT, b.cpuT),

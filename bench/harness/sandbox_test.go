@@ -114,60 +114,68 @@ func rowByName(t *testing.T, rows []Row, name string) Row {
 	return Row{}
 }
 
-// TestFloorRow: the boundary's CPU per tunnel against gofloor's, then
-// gofloor's against tinyproxy's, and its bulk rate against gofloor's, then
-// gofloor's against direct; no such rows when gofloor did not run.
-func TestFloorRow(t *testing.T) {
-	h := fakeHarness("")
-	r := rowByName(t, h.networkRows(), "server CPU per tunnel c=16 vs the Go floor")
-	if r.Stockade != "100.0µs (user 25.0µs)" || r.Peer != "50.0µs (user 12.5µs) gofloor at 6000/s" ||
-		r.Ratio != "2.00x (gofloor/tinyproxy 0.50x)" || r.Target != "" || r.Verdict != Info {
-		t.Fatalf("floor row %+v", r)
+// TestBaseRows: the boundary's CPU per tunnel against gofloor's and
+// against its own without identity, each then against tinyproxy's; no
+// such row when that system did not run.
+func TestBaseRows(t *testing.T) {
+	for _, tc := range []struct {
+		row, peer, ratio string
+		off              func(h *harness) // the system does not run
+		part             string           // what names its rows
+	}{
+		{"server CPU per tunnel c=16 vs the Go floor", "50.0µs (user 12.5µs) gofloor at 6000/s", "2.00x (gofloor/tinyproxy 0.50x)",
+			func(h *harness) {
+				h.gofloor.why = "not serving"
+				delete(h.tunnels, "gofloor/c=16")
+				delete(h.bulk, "gofloor")
+			}, "Go floor"},
+		{"server CPU per tunnel c=16 vs the boundary without identity", "80.0µs (user 20.0µs) --identity none at 5500/s",
+			"1.25x (without identity/tinyproxy 0.80x)",
+			func(h *harness) {
+				h.noID.why = "stockade runs --identity none already"
+				delete(h.tunnels, noIdentity+"/c=16")
+			}, "without identity"},
+	} {
+		t.Run(tc.part, func(t *testing.T) {
+			h := fakeHarness("")
+			r := rowByName(t, h.networkRows(), tc.row)
+			if r.Stockade != "100.0µs (user 25.0µs)" || r.Peer != tc.peer || r.Ratio != tc.ratio || r.Target != "" || r.Verdict != Info {
+				t.Fatalf("row %+v", r)
+			}
+			h = fakeHarness("")
+			tc.off(h)
+			for _, r := range h.networkRows() {
+				if strings.Contains(r.Name, tc.part) {
+					t.Fatalf("a row for a system that did not run: %+v", r)
+				}
+			}
+		})
 	}
-	b := rowByName(t, h.networkRows(), "bulk MB/s vs the Go floor")
+}
+
+// TestFloorBulkRow: the boundary's bulk rate against gofloor's, then
+// gofloor's against direct.
+func TestFloorBulkRow(t *testing.T) {
+	b := rowByName(t, fakeHarness("").networkRows(), "bulk MB/s vs the Go floor")
 	if b.Stockade != "1500" || b.Peer != "1200 gofloor" || b.Direct != "2000" || b.Ratio != "1.25x (gofloor/direct 0.60x)" || b.Verdict != Info {
 		t.Fatalf("bulk floor row %+v", b)
 	}
-	h = fakeHarness("")
-	h.gofloor.why = "not serving"
-	delete(h.tunnels, "gofloor/c=16")
-	delete(h.bulk, "gofloor")
-	noRowNamed(t, h, "Go floor")
 }
 
-// noRowNamed fails if a row's name holds part (a system that did not run).
-func noRowNamed(t *testing.T, h *harness, part string) {
-	t.Helper()
-	for _, r := range h.networkRows() {
-		if strings.Contains(r.Name, part) {
-			t.Fatalf("a row for a system that did not run: %+v", r)
-		}
+// TestNoIdentityNote: the header says what the rows without identity
+// compare, only when that serve ran.
+func TestNoIdentityNote(t *testing.T) {
+	says := func(h *harness) bool {
+		h.header()
+		return slices.ContainsFunc(h.notes, func(n string) bool { return strings.HasPrefix(n, "without identity rows: "+noIdentity) })
 	}
-}
-
-// TestNoIdentityRow: the boundary's CPU per tunnel against its own without
-// identity, then that against tinyproxy's; no such row when the second
-// serve did not run (stockade already without identity, or not serving).
-func TestNoIdentityRow(t *testing.T) {
-	h := fakeHarness("")
-	r := rowByName(t, h.networkRows(), "server CPU per tunnel c=16 vs the boundary without identity")
-	if r.Stockade != "100.0µs (user 25.0µs)" || r.Peer != "80.0µs (user 20.0µs) --identity none at 5500/s" ||
-		r.Ratio != "1.25x (without identity/tinyproxy 0.80x)" || r.Target != "" || r.Verdict != Info {
-		t.Fatalf("no-identity row %+v", r)
-	}
-	h.header() // adds the notes that explain the rows
-	if !slices.ContainsFunc(h.notes, func(n string) bool { return strings.HasPrefix(n, "without identity rows: "+noIdentity) }) {
+	if h := fakeHarness(""); !says(h) {
 		t.Fatalf("no note says what the row compares: %q", h.notes)
 	}
-	h = fakeHarness("")
-	h.noID.why = "stockade runs --identity none already"
-	delete(h.tunnels, noIdentity+"/c=16")
-	h.header()
-	noRowNamed(t, h, "without identity")
-	for _, n := range h.notes {
-		if strings.HasPrefix(n, "without identity rows") {
-			t.Fatalf("a note for a serve that did not run: %q", n)
-		}
+	h := fakeHarness("")
+	h.noID.why = "not serving"
+	if says(h) {
+		t.Fatalf("a note for a serve that did not run: %q", h.notes)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/bench/loadgen"
+	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
@@ -246,7 +247,7 @@ func (h *harness) setup(ctx context.Context) error {
 	switch {
 	case h.stockade.why != "":
 		h.noID.why = h.stockade.why
-	case h.cfg.Identity == "none":
+	case h.cfg.Identity == identity.ModeNone:
 		h.noID.why = "stockade runs --identity none already"
 	default:
 		h.startNoIdentity(ctx, stockadeBin, noIDProxy, noIDDNS)
@@ -313,27 +314,27 @@ func (h *harness) build(ctx context.Context) (string, error) {
 
 // startStockade starts `stockade boundary serve` on the given ports.
 func (h *harness) startStockade(ctx context.Context, bin string, proxyPort, dnsPort int) {
-	h.stockade.proxy = fmt.Sprintf("127.0.0.1:%d", proxyPort)
-	h.stockade.dns = fmt.Sprintf("127.0.0.1:%d", dnsPort)
-	args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.stockade.proxy,
-		"--dns", h.stockade.dns, "--hosts", h.files.hosts, "--identity", h.cfg.Identity, "--allow-loopback-upstream"}
-	if h.cfg.Audit {
-		args = append(args, "--audit", filepath.Join(h.dir, "audit.jsonl"))
-	}
-	h.startServer(ctx, h.stockade, bin, append(args, h.cfg.StockadeArgs...)...)
+	h.startServe(ctx, h.stockade, bin, proxyPort, dnsPort, h.cfg.Identity, "audit.jsonl")
 }
 
-// startNoIdentity starts the second `boundary serve`, as startStockade
-// does but with --identity none and its own ports and audit file.
+// startNoIdentity starts the second `boundary serve`: as stockade's, with
+// --identity none and its own ports and audit file.
 func (h *harness) startNoIdentity(ctx context.Context, bin string, proxyPort, dnsPort int) {
-	h.noID.proxy = fmt.Sprintf("127.0.0.1:%d", proxyPort)
-	h.noID.dns = fmt.Sprintf("127.0.0.1:%d", dnsPort)
-	args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", h.noID.proxy,
-		"--dns", h.noID.dns, "--hosts", h.files.hosts, "--identity", "none", "--allow-loopback-upstream"}
+	h.startServe(ctx, h.noID, bin, proxyPort, dnsPort, identity.ModeNone, "audit-"+noIdentity+".jsonl")
+}
+
+// startServe starts s as `stockade boundary serve` with the bench's
+// policy and hosts, the given identity mode, and (when the bench audits)
+// an audit file named audit in the run dir.
+func (h *harness) startServe(ctx context.Context, s *system, bin string, proxyPort, dnsPort int, mode, audit string) {
+	s.proxy = fmt.Sprintf("127.0.0.1:%d", proxyPort)
+	s.dns = fmt.Sprintf("127.0.0.1:%d", dnsPort)
+	args := []string{"boundary", "serve", "--policy", h.files.policy, "--proxy", s.proxy,
+		"--dns", s.dns, "--hosts", h.files.hosts, "--identity", mode, "--allow-loopback-upstream"}
 	if h.cfg.Audit {
-		args = append(args, "--audit", filepath.Join(h.dir, "audit-"+noIdentity+".jsonl"))
+		args = append(args, "--audit", filepath.Join(h.dir, audit))
 	}
-	h.startServer(ctx, h.noID, bin, append(args, h.cfg.StockadeArgs...)...)
+	h.startServer(ctx, s, bin, append(args, h.cfg.StockadeArgs...)...)
 }
 
 // startUpstream runs `loadgen upstream` (it exits by itself after
