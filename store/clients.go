@@ -31,7 +31,7 @@ func (s *Store) PutClientCert(ctx context.Context, c ClientCert) error {
 		return fmt.Errorf("store %s: encode client %q: %w", s.path, c.Name, err)
 	}
 	expired := time.Now().Add(-24 * time.Hour)
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(clientsBucket())
 		var old [][]byte
 		_ = b.ForEach(func(k, v []byte) error {
@@ -47,7 +47,7 @@ func (s *Store) PutClientCert(ctx context.Context, c ClientCert) error {
 			}
 		}
 		return b.Put([]byte(c.Serial), data)
-	})
+	}, false)
 	if err != nil {
 		return fmt.Errorf("store %s: record client %q: %w", s.path, c.Name, err)
 	}
@@ -61,7 +61,7 @@ func (s *Store) RevokeClient(ctx context.Context, name string, at time.Time) ([]
 		return nil, fmt.Errorf("store %s: revoke client %q: %w", s.path, name, err)
 	}
 	var revoked []string
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		revoked = nil
 		b := tx.Bucket(clientsBucket())
 		var put [][2][]byte
@@ -91,7 +91,7 @@ func (s *Store) RevokeClient(ctx context.Context, name string, at time.Time) ([]
 			}
 		}
 		return nil
-	})
+	}, false)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: revoke client %q: %w", s.path, name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -68,6 +69,11 @@ type Store struct {
 	db     *bolt.DB
 	path   string
 	faults fault.Injector
+	// writeMu orders each write together with the fault point asked after
+	// its commit: a kill there (a crash test's "after write K") ends the
+	// process before any other write can commit. bbolt serializes the
+	// commits themselves; the point comes after its lock is released.
+	writeMu sync.Mutex
 }
 
 type options struct {
@@ -199,11 +205,23 @@ func (s *Store) write(ctx context.Context, op, name string, f func(*bolt.Bucket)
 	if err := s.faults.Inject(PointWrite); err != nil {
 		return s.errorf(op, name, err)
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return f(tx.Bucket(sandboxesBucket())) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return f(tx.Bucket(sandboxesBucket())) }, true); err != nil {
 		return s.errorf(op, name, err)
 	}
-	if err := s.faults.Inject(PointCommitted); err != nil {
-		return s.errorf(op, name, err)
+	return nil
+}
+
+// update runs one read-write transaction under writeMu. With
+// askCommitted (a sandbox's write), PointCommitted is asked after the
+// commit, before the next write may start.
+func (s *Store) update(f func(*bolt.Tx) error, askCommitted bool) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.db.Update(f); err != nil {
+		return err
+	}
+	if askCommitted {
+		return s.faults.Inject(PointCommitted)
 	}
 	return nil
 }

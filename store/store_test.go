@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childPut())
 	case "hold":
 		os.Exit(childHold())
+	case "racekill":
+		os.Exit(childRaceKill())
 	}
 	os.Exit(m.Run())
 }
@@ -76,6 +78,52 @@ func childPut() int {
 		}
 		fmt.Printf("acked %d\n", i)
 	}
+}
+
+// childRaceKill opens the store, prints "base TXID", arms
+// store.committed=kill after STORE_TEST_FIRST more writes and puts records
+// from eight goroutines at once until the fault kills it. Each committed
+// point is reached 5 ms late (a writer descheduled right after its
+// commit, as on a loaded machine), so other writers are ready to commit in
+// that moment.
+func childRaceKill() int {
+	faults := fault.NewSet()
+	s, err := Open(os.Getenv(envPath), WithFaults(lateCommitted{faults}))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var base int
+	if err := s.db.View(func(tx *bolt.Tx) error { base = tx.ID(); return nil }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	skip, _ := strconv.Atoi(os.Getenv(envFirst))
+	faults.Arm(PointCommitted, fault.Rule{Kind: fault.KindKill, Skip: skip, Count: 1})
+	fmt.Printf("base %d\n", base)
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := g; ; i += 8 {
+				if _, err := s.Put(context.Background(), testRecord(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	fmt.Fprintln(os.Stderr, <-errs)
+	return 1
+}
+
+// lateCommitted delays PointCommitted by 5 ms before asking the set.
+type lateCommitted struct{ set *fault.Set }
+
+func (l lateCommitted) Inject(p fault.Point) error {
+	if p == PointCommitted {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return l.set.Inject(p)
 }
 
 // childHold opens the store, says "ready" and holds it until stdin closes.
@@ -371,6 +419,50 @@ func TestAckedWritesSurviveSIGKILL(t *testing.T) {
 // TestLockedByAnotherGateway: a second Open while a process holds the file
 // fails with an error naming the state dir, the holder's pid and the file;
 // once the holder exits, Open works.
+// TestKillAfterWriteKWithConcurrentWriters: the crash tests' "kill after
+// write K" (store.committed=kill) must leave exactly K+1 writes on disk even
+// when other writers are committing at the same moment. A child puts
+// records from eight goroutines with the kill armed; after its SIGKILL the
+// file's transaction id is exactly K+1 past the one before the writes.
+func TestKillAfterWriteKWithConcurrentWriters(t *testing.T) {
+	for _, k := range []int{0, 5, 40} {
+		path := filepath.Join(t.TempDir(), "stockade.db")
+		cmd, out, _ := startChild(t, "racekill", path, envFirst+"="+strconv.Itoa(k))
+		var base int
+		if !out.Scan() {
+			t.Fatalf("k=%d: the child printed nothing", k)
+		}
+		if _, err := fmt.Sscanf(out.Text(), "base %d", &base); err != nil {
+			t.Fatalf("k=%d: child said %q: %v", k, out.Text(), err)
+		}
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("k=%d: child exit %v, want death by SIGKILL", k, err)
+		}
+		if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("k=%d: child exit %v, want death by SIGKILL", k, err)
+		}
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var txid, n int
+		err = db.View(func(tx *bolt.Tx) error {
+			txid = tx.ID()
+			n = tx.Bucket(sandboxesBucket()).Stats().KeyN
+			return nil
+		})
+		_ = db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := txid - base; got != k+1 || n != k+1 {
+			t.Fatalf("k=%d: the child died after %d writes (%d records), want %d", k, got, n, k+1)
+		}
+	}
+}
+
 func TestLockedByAnotherGateway(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	path := filepath.Join(dir, "stockade.db")
