@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
+	github.com/cilium/ebpf v0.22.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/gobwas/glob v1.1.0
 	github.com/miekg/dns v1.1.73

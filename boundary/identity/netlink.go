@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
@@ -31,6 +33,7 @@ type config struct {
 	inj      fault.Injector
 	bounded  bool
 	noEvents bool
+	records  ConnectRecords
 }
 
 // WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
@@ -98,6 +101,11 @@ type Netlink struct {
 	// the host is a candidate: recent owners are scanned before listing
 	// /proc, and the first holder found is the owner.
 	bounded bool
+	// records: connects recorded in the kernel (WithConnectRecords; nil:
+	// none, or bounded candidates), keyed by the cookie of the network
+	// namespace the sock_diag socket is in (netns).
+	records ConnectRecords
+	netns   uint64
 }
 
 var _ Resolver = (*Netlink)(nil)
@@ -123,6 +131,16 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		return nil, err
 	}
 	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted}
+	if c.records != nil && !r.bounded {
+		// The connections looked up are in the sock_diag socket's network
+		// namespace: records are keyed by its cookie.
+		netns, err := unix.GetsockoptUint64(d.fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+		if err != nil {
+			_ = d.close()
+			return nil, fmt.Errorf("identity: network namespace cookie of the sock_diag socket: %w", err)
+		}
+		r.records, r.netns = c.records, netns
+	}
 	// Process events number processes as the initial pid namespace does:
 	// usable with the host's /proc only. Without them (no CAP_NET_ADMIN, a
 	// container), every lookup reads what it needs; nothing else changes.
@@ -137,6 +155,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if r.pids == nil {
 		r.pids = r.proc.allPids
 	}
+
 	if r.bounded && r.proc.t.events != nil {
 		r.cands = &candidateCache{}
 	}
@@ -296,6 +315,11 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 			w = r.cands
 		}
 		ev.sync(r.proc.t, w, mark)
+	}
+	if r.records != nil {
+		if id, ok := r.fromRecord(client, server); ok {
+			return id, nil
+		}
 	}
 	d, err := r.diag.lookup(client, server)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,6 +41,10 @@ type procHandle struct {
 	ppidC   int
 	hasExe  bool
 	hasPpid bool
+	// When the process started: it never changes for the process the
+	// handle is bound to, so it is kept whatever events say.
+	startC   time.Duration
+	hasStart bool
 
 	// What the last reads through the handle found at each fd: a
 	// socket's inode, or 0 for anything else (stdio, pipes, the event
@@ -361,17 +366,13 @@ func (h *procHandle) exe() (string, error) {
 // ..."; comm may hold spaces and parentheses, so parse after the last ')').
 func (h *procHandle) ppid() (int, error) {
 	var buf [512]byte
-	n, err := unix.Pread(h.stat, buf[:], 0)
+	b, err := h.afterComm(buf[:])
 	if err != nil {
 		return 0, err
 	}
-	if n == 0 {
-		return 0, errExited
-	}
-	b := buf[:n]
 	// After ") " come the state (one letter), a space, then ppid.
-	i := bytes.LastIndexByte(b, ')') + 4
-	if i < 4 || i >= len(b) {
+	const i = 3
+	if i >= len(b) {
 		return 0, errMalformedStat
 	}
 	j := i + bytes.IndexByte(b[i:], ' ')
@@ -383,6 +384,23 @@ func (h *procHandle) ppid() (int, error) {
 		return 0, errMalformedStat
 	}
 	return pp, nil
+}
+
+// afterComm reads the held stat file into buf and returns what follows
+// the comm's closing parenthesis (from the space before the state).
+func (h *procHandle) afterComm(buf []byte) ([]byte, error) {
+	n, err := unix.Pread(h.stat, buf, 0)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, errExited
+	}
+	i := bytes.LastIndexByte(buf[:n], ')')
+	if i < 0 {
+		return nil, errMalformedStat
+	}
+	return buf[i+1 : n], nil
 }
 
 var errMalformedStat = errors.New("malformed stat")

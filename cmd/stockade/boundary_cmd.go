@@ -23,11 +23,31 @@ import (
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/identity/connmap"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/internal/procs"
 	"github.com/stockade-dev/stockade/policy"
 )
+
+// --connect-records values.
+const (
+	recordsAuto = "auto"
+	recordsOff  = "off"
+)
+
+// openConnectRecords attaches the connect recorder, or says at info why
+// not (nil: every lookup asks sock_diag and /proc, as --connect-records
+// off does).
+func openConnectRecords(log zerolog.Logger) *connmap.Map {
+	rec, err := connmap.Open()
+	if err != nil {
+		log.Info().Err(err).Msg("identity: connects are not recorded in the kernel; each lookup asks sock_diag and /proc")
+		return nil
+	}
+	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: connects recorded in the kernel (--connect-records off to stop)")
+	return rec
+}
 
 func newBoundaryCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "boundary", Short: "The egress boundary (HTTP proxy + DNS) on its own"}
@@ -43,6 +63,7 @@ type serveOpts struct {
 	dnsUpstream   string
 	auditFile     string
 	identityMode  string
+	records       string
 	allowLoopback bool
 	maxConns      int
 	faults        []string
@@ -75,6 +96,7 @@ the log as one line each.`,
 	f.StringVar(&o.dnsUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT (default: the nameservers of /etc/resolv.conf)")
 	f.StringVar(&o.auditFile, "audit", "", "audit file (JSON lines, rotated); empty: log only")
 	f.StringVar(&o.identityMode, "identity", identity.ModeNetlink, "peer identity: netlink (sock_diag + /proc) or none (endpoint-only, binaries ignored)")
+	f.StringVar(&o.records, "connect-records", recordsAuto, "with --identity netlink: auto records each TCP connect's process in the kernel (a BPF program on the cgroup v2 root; needs root), off: sock_diag + /proc only")
 	f.BoolVar(&o.allowLoopback, "allow-loopback-upstream", false, "allow upstreams on loopback addresses (tests and local demos)")
 	f.IntVar(&o.maxConns, "max-conns", 1024, "concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
 	f.StringArrayVar(&o.faults, "fault", nil, "inject a fault, POINT=KIND[:COUNT] (testing; e.g. identity.lookup=panic)")
@@ -115,6 +137,9 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	defer signal.Stop(sig)
 	if o.proxyAddr == "" && o.dnsAddr == "" {
 		return &exitError{exitUsage, errors.New("boundary serve: --proxy and --dns are both empty; nothing to serve")}
+	}
+	if o.records != recordsAuto && o.records != recordsOff {
+		return &exitError{exitUsage, fmt.Errorf("--connect-records %q: want %s or %s", o.records, recordsAuto, recordsOff)}
 	}
 
 	if o.cpuProfile != "" {
@@ -161,7 +186,14 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	var resolver identity.Resolver
 	switch o.identityMode {
 	case identity.ModeNetlink:
-		nl, err := identity.NewNetlink(identity.WithInjector(inj))
+		idOpts := []identity.Option{identity.WithInjector(inj)}
+		if o.records == recordsAuto {
+			if rec := openConnectRecords(log); rec != nil {
+				defer rec.Close()
+				idOpts = append(idOpts, identity.WithConnectRecords(rec))
+			}
+		}
+		nl, err := identity.NewNetlink(idOpts...)
 		if err != nil {
 			return &exitError{exitFailure, fmt.Errorf("identity: %w (use --identity none for endpoint-only matching)", err)}
 		}

@@ -351,3 +351,10 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completion bash: exit %d", code)
 	}
 }
+
+func TestConnectRecordsValue(t *testing.T) {
+	_, errOut, code := run(t, "boundary", "serve", "--policy", "x.yaml", "--connect-records", "yes")
+	if code != exitUsage || !strings.Contains(errOut, `--connect-records "yes": want auto or off`) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the values", code, errOut)
+	}
+}

@@ -171,6 +171,34 @@ func TestServeAllowDenyRefuseAndReload(t *testing.T) {
 	}
 }
 
+// TestServeConnectRecords: as root, boundary serve records connects in the
+// kernel by default and says so; curl's connection is then identified from
+// its record (the audit names /usr/bin/curl, and the policy allows only
+// curl). With --connect-records off it is identified by sock_diag and /proc
+// alone, with the same decision.
+func TestServeConnectRecords(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Unavailable(t, "a BPF program needs root")
+	}
+	f := newFixture(t)
+	url := fmt.Sprintf("http://api.test:%d/", f.webPort)
+	for _, tc := range []struct {
+		flag, want, not string
+	}{
+		{"auto", "connects recorded in the kernel", "connects are not recorded"},
+		{"off", "", "connects recorded in the kernel"},
+	} {
+		s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--connect-records", tc.flag, "--log-level", "debug")
+		if code, body := curlVia(t, s.proxy, url); code != "200" || !strings.Contains(body, "upstream says hi") {
+			t.Fatalf("--connect-records %s: allowed curl got %s %q", tc.flag, code, body)
+		}
+		testenv.Eventually(t, 5*time.Second, func() bool { return s.logHas("NET:OPEN [INFO] ALLOWED /usr/bin/curl(") }, "the allowed decision names curl")
+		if (tc.want != "" && !s.logHas(tc.want)) || s.logHas(tc.not) {
+			t.Fatalf("--connect-records %s: log wants %q and not %q:\n%s", tc.flag, tc.want, tc.not, s.p.Log.String())
+		}
+	}
+}
+
 // TestServeSecondSignalStillCleans: a second SIGTERM while the boundary
 // is stopping (a service manager's repeat, a second ^C) does not end it
 // before its closes have run. A connection held in a 2 s delay fault keeps

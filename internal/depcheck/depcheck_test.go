@@ -12,6 +12,7 @@ const (
 	opa      = "github.com/open-policy-agent/"
 	protoact = "github.com/asynkron/"
 	etcd     = "go.etcd.io/"
+	bpf      = "github.com/cilium/ebpf"
 )
 
 // ban is one rule: pkg must not pull in (directly or transitively) any
@@ -29,7 +30,8 @@ func bans() []ban {
 		{"audit", []string{opa, protoact}, "the audit writer runs in the boundary's hot path"},
 		{"boundary/proxy", []string{opa, protoact}, "the proxy asks policy through an interface; OPA lives in policy only"},
 		{"boundary/dnsproxy", []string{opa, protoact}, "the DNS proxy asks policy through an interface"},
-		{"boundary/identity", []string{opa, protoact}, "identity is procfs and netlink, nothing else"},
+		{"boundary/identity", []string{opa, protoact, bpf}, "identity is procfs and netlink; kernel connect records come in through the ConnectRecords seam (BPF lives in boundary/identity/connmap, so the resolver's logic is tested with fakes)"},
+		{"actors/boundary", []string{bpf}, "the boundary actors take a resolver; only boundary serve's wiring attaches the BPF program"},
 		{"actors/supervise", []string{opa}, "supervision decides no policy"},
 		{"internal/logx", []string{opa}, "logging decides no policy"},
 		{"actors/sandbox/lifecycle", []string{opa, protoact, etcd}, "the lifecycle machine is pure logic, tested without actors or stores"},

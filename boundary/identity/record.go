@@ -1,0 +1,105 @@
+package identity
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Connector is the process the kernel recorded connecting a socket: its
+// tgid and uid (as the host numbers them) and when (CLOCK_BOOTTIME).
+type Connector struct {
+	Pid int
+	UID uint32
+	At  time.Duration
+}
+
+// ConnectRecords is the seam to connects recorded in the kernel
+// (connmap.Map; fakes in tests). Take returns and forgets the connector of
+// the connection from client to server in the network namespace whose
+// cookie is netns; ok is false when none was recorded.
+type ConnectRecords interface {
+	Take(netns uint64, client, server netip.AddrPort) (c Connector, ok bool, err error)
+}
+
+// WithConnectRecords lets lookups start from the connector the kernel
+// recorded at connect time instead of sock_diag and the fd scan. It is
+// used only when every process of the host is a candidate (boundary
+// serve): with bounded candidates (a sandbox) every holder is scanned
+// anyway. A record is trusted only for a process that still lives and
+// started before the connect (so a pid reused since is never reported);
+// anything else falls back to sock_diag and /proc in the same pass.
+func WithConnectRecords(rec ConnectRecords) Option {
+	return func(c *config) { c.records = rec }
+}
+
+// userHZ is the unit of /proc/PID/stat's times: USER_HZ, 100 on every
+// Linux architecture Go supports.
+const userHZ = 100
+
+// fromRecord identifies the connection by its connect record; ok is false
+// when there is none or it cannot be trusted (the caller then asks
+// sock_diag and /proc).
+func (r *Netlink) fromRecord(client, server netip.AddrPort) (Identity, bool) {
+	c, ok, err := r.records.Take(r.netns, client, server)
+	if err != nil || !ok {
+		return Identity{}, false
+	}
+	var id Identity
+	err = r.proc.withHandle(c.Pid, func(h *procHandle) error {
+		start, err := r.proc.t.start(h)
+		if err != nil {
+			return err
+		}
+		if start > c.At {
+			return fmt.Errorf("pid %d started at %s, after the connect at %s: %w", c.Pid, start, c.At, errOwnerGone)
+		}
+		exe, err := r.proc.t.exe(h)
+		if err != nil {
+			return err
+		}
+		id = Identity{Pid: c.Pid, Exe: exe, Ancestors: r.proc.ancestorsOf(h), UID: c.UID}
+		return nil
+	})
+	return id, err == nil
+}
+
+// start returns when h's process started (CLOCK_BOOTTIME, to the tick):
+// read once per handle, as it never changes for the process a handle is
+// bound to.
+func (t *procTable) start(h *procHandle) (time.Duration, error) {
+	t.mu.Lock()
+	s, ok := h.startC, h.hasStart
+	t.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	s, err := h.start()
+	if err != nil {
+		return 0, err
+	}
+	t.mu.Lock()
+	h.startC, h.hasStart = s, true
+	t.mu.Unlock()
+	return s, nil
+}
+
+// start reads starttime, the 22nd field of the held stat file.
+func (h *procHandle) start() (time.Duration, error) {
+	var buf [1024]byte
+	b, err := h.afterComm(buf[:])
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b) // state is field 3
+	const startField = 22 - 3
+	if len(f) <= startField {
+		return 0, errMalformedStat
+	}
+	ticks, ok := atoiBytes(f[startField])
+	if !ok {
+		return 0, errMalformedStat
+	}
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}
