@@ -4,7 +4,8 @@
 // Run (bench/cmd/benchtable) builds stockade and the load generator,
 // starts stockade's standalone boundary and its peers (tinyproxy for the
 // HTTP CONNECT proxy, dnsmasq for DNS, and gofloor, a minimal Go CONNECT
-// proxy, for the CPU a Go proxy costs at least), and a second standalone
+// proxy, for the CPU a Go proxy costs at least; the boundary runs with its
+// defaults, so as root with its connect records), and a second standalone
 // boundary with --identity none (serve-noidentity, for what exact identity
 // costs) on 127.0.0.1 and, as root, a
 // gateway with one sandbox whose workload runs the loads inside it
