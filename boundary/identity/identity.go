@@ -19,9 +19,12 @@ type Identity struct {
 	// The walk stops early at a process whose stat or exe cannot be read.
 	Ancestors []string
 	// UID is the socket's owner uid as reported by sock_diag (in the user
-	// namespace of the sock_diag socket's creator).
+	// namespace of the sock_diag socket's creator), or, for a connection
+	// identified from its connect record, the connecting process's uid as
+	// the host numbers it.
 	UID uint32
-	// Socket is the client socket's inode (0: not looked up).
+	// Socket is the client socket's inode (0: not looked up, as for a
+	// connection identified from its connect record).
 	Socket uint32
 	// Holders are every candidate process holding the socket, this one
 	// first, when more than one does (an inherited or passed socket); nil

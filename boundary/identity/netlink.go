@@ -155,7 +155,6 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if r.pids == nil {
 		r.pids = r.proc.allPids
 	}
-
 	if r.bounded && r.proc.t.events != nil {
 		r.cands = &candidateCache{}
 	}

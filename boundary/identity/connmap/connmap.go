@@ -21,9 +21,9 @@ import (
 const (
 	keySize   = 48
 	valueSize = 16 // tgid u32, uid u32, CLOCK_BOOTTIME ns u64
-	// MaxEntries bounds the map: connects nobody takes (to other servers)
+	// maxEntries bounds the map: connects nobody takes (to other servers)
 	// are evicted least recently used first.
-	MaxEntries = 1 << 16
+	maxEntries = 1 << 16
 )
 
 // Offsets in struct bpf_sock_ops (include/uapi/linux/bpf.h).
@@ -65,29 +65,14 @@ type Map struct {
 
 var _ identity.ConnectRecords = (*Map)(nil)
 
-type options struct{ cgroup string }
-
-// Option configures Open.
-type Option func(*options)
-
-// WithCgroup attaches to the cgroup v2 directory path instead of the
-// hierarchy's root: only connects of processes under it are recorded.
-func WithCgroup(path string) Option { return func(o *options) { o.cgroup = path } }
-
-// Open creates the map, loads the program and attaches it.
-func Open(opts ...Option) (*Map, error) {
-	var o options
-	for _, f := range opts {
-		f(&o)
+// Open creates the map, loads the program and attaches it to the root of
+// the cgroup v2 hierarchy.
+func Open() (*Map, error) {
+	cgroup, err := hierarchy()
+	if err != nil {
+		return nil, err
 	}
-	if o.cgroup == "" {
-		root, err := Hierarchy()
-		if err != nil {
-			return nil, err
-		}
-		o.cgroup = root
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "stockade_conns", Type: ebpf.LRUHash, KeySize: keySize, ValueSize: valueSize, MaxEntries: MaxEntries})
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "stockade_conns", Type: ebpf.LRUHash, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries})
 	if err != nil {
 		return nil, fmt.Errorf("connmap: create the map (needs CAP_BPF): %w", err)
 	}
@@ -96,13 +81,13 @@ func Open(opts ...Option) (*Map, error) {
 		_ = m.Close()
 		return nil, fmt.Errorf("connmap: load the program: %w", err)
 	}
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: o.cgroup, Attach: ebpf.AttachCGroupSockOps, Program: prog})
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: ebpf.AttachCGroupSockOps, Program: prog})
 	if err != nil {
 		_ = prog.Close()
 		_ = m.Close()
-		return nil, fmt.Errorf("connmap: attach to cgroup %s (needs CAP_NET_ADMIN): %w", o.cgroup, err)
+		return nil, fmt.Errorf("connmap: attach to cgroup %s (needs CAP_NET_ADMIN): %w", cgroup, err)
 	}
-	return &Map{m: m, prog: prog, l: l, cgroup: o.cgroup}, nil
+	return &Map{m: m, prog: prog, l: l, cgroup: cgroup}, nil
 }
 
 // program is the sock_ops program: on TCP_CONNECT_CB, put the current
@@ -186,9 +171,9 @@ func program(mapFD int) asm.Instructions {
 	)
 }
 
-// Key builds the map's key for a connection from client to server in the
+// key builds the map's key for a connection from client to server in the
 // network namespace whose cookie is netns.
-func Key(netns uint64, client, server netip.AddrPort) [keySize]byte {
+func key(netns uint64, client, server netip.AddrPort) [keySize]byte {
 	var k [keySize]byte
 	binary.NativeEndian.PutUint64(k[0:], netns)
 	c, s := client.Addr().As16(), server.Addr().As16() // IPv4 as ::ffff:a.b.c.d
@@ -205,7 +190,7 @@ func Key(netns uint64, client, server netip.AddrPort) [keySize]byte {
 // (made before the program was attached, from another machine, or
 // evicted).
 func (m *Map) Take(netns uint64, client, server netip.AddrPort) (identity.Connector, bool, error) {
-	k := Key(netns, client, server)
+	k := key(netns, client, server)
 	var v [valueSize]byte
 	if err := m.m.LookupAndDelete(k[:], v[:]); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -228,9 +213,9 @@ func (m *Map) Close() error {
 	return errors.Join(m.l.Close(), m.prog.Close(), m.m.Close())
 }
 
-// Hierarchy returns where the cgroup v2 hierarchy is mounted:
+// hierarchy returns where the cgroup v2 hierarchy is mounted:
 // /sys/fs/cgroup on a v2 machine, /sys/fs/cgroup/unified beside v1.
-func Hierarchy() (string, error) {
+func hierarchy() (string, error) {
 	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		var st unix.Statfs_t
 		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
