@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/boundary/identity"
+	"github.com/stockade-dev/stockade/boundary/identity/connmap"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/logx"
@@ -353,8 +354,19 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, err := identity.NewNetlink(identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithTrusted(sb.InitPid()), identity.WithInjector(faults))
+	rec := openConnectRecords(diag, log)
+	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithTrusted(sb.InitPid()), identity.WithInjector(faults)}
+	if rec != nil {
+		opts = append(opts, identity.WithConnectRecords(rec))
+	}
+	closeRec := func() {
+		if rec != nil {
+			_ = rec.Close()
+		}
+	}
+	id, err := identity.NewNetlink(opts...)
 	if err != nil {
+		closeRec()
 		return nil, nil, fmt.Errorf("supervisor: identity: %w", err)
 	}
 	if err := id.ProcEvents(); err != nil {
@@ -366,6 +378,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
 	if err != nil {
 		_ = id.Close()
+		closeRec()
 		return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
 	}
 	b, stop, err := boundary.Serve(boundary.Config{
@@ -376,12 +389,39 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	}, sp.AuditFile)
 	if err != nil {
 		_ = id.Close()
+		closeRec()
 		return nil, nil, fmt.Errorf("supervisor: %w", err)
 	}
 	return b, func() {
 		stop()
 		_ = id.Close()
+		closeRec()
 	}, nil
+}
+
+// openConnectRecords attaches a connect recorder for the sandbox's network
+// namespace (the one the sock_diag socket diag was made in): every connect
+// in it is recorded with its socket's inode, and the program returns at
+// once for the machine's other connects. It returns nil, and says why at
+// info, when it cannot (no BPF, no cgroup v2 hierarchy, a container):
+// every lookup then asks sock_diag.
+func openConnectRecords(diag int, log zerolog.Logger) *connmap.Map {
+	netns, err := unix.GetsockoptUint64(diag, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err == nil {
+		var rec *connmap.Map
+		if rec, err = connmap.Open(connmap.OnlyNetns(netns)); err == nil {
+			if ierr := rec.InodeErr(); ierr != nil {
+				// Without the inode a sandbox's lookups cannot use a record.
+				_ = rec.Close()
+				err = ierr
+			} else {
+				log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: the sandbox's connects recorded in the kernel")
+				return rec
+			}
+		}
+	}
+	log.Info().Err(err).Msg("identity: the sandbox's connects are not recorded in the kernel; each lookup asks sock_diag")
+	return nil
 }
 
 func restartCounts(c *supervise.Counters) map[string]int64 {

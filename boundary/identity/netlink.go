@@ -102,8 +102,8 @@ type Netlink struct {
 	// /proc, and the first holder found is the owner.
 	bounded bool
 	// records: connects recorded in the kernel (WithConnectRecords; nil:
-	// none, or bounded candidates), keyed by the cookie of the network
-	// namespace the sock_diag socket is in (netns).
+	// none), keyed by the cookie of the network namespace the sock_diag
+	// socket is in (netns).
 	records ConnectRecords
 	netns   uint64
 }
@@ -131,7 +131,9 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		return nil, err
 	}
 	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted}
-	if c.records != nil && !r.bounded {
+	// Records number processes as the host does: usable with the host's
+	// /proc only (not a sandbox's proc mount, WithProcRoot).
+	if c.records != nil && c.procRoot == "/proc" {
 		// The connections looked up are in the sock_diag socket's network
 		// namespace: records are keyed by its cookie.
 		netns, err := unix.GetsockoptUint64(d.fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
@@ -351,7 +353,13 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	}
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
-	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}
+	return r.withHolders(Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}, others), nil
+}
+
+// withHolders adds the other holders of id's socket (others, pids of
+// candidates) to id.Holders, id's process first; one that exited meanwhile
+// is left out.
+func (r *Netlink) withHolders(id Identity, others []int) Identity {
 	for _, pid := range others {
 		exe, err := r.proc.exe(pid)
 		if err != nil {
@@ -362,7 +370,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 		}
 		id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
 	}
-	return id, nil
+	return id
 }
 
 // holders scans every candidate once for the socket (a bounded set: a
@@ -382,11 +390,7 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 			r.cache.forget(inode)
 		}
 	}
-	read := r.pids
-	if r.cands != nil {
-		read = func() ([]int, error) { return r.cands.list(r.pids) }
-	}
-	pids, err := read()
+	pids, err := r.candidates()
 	if err != nil {
 		r.proc.t.release(h, false)
 		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
@@ -431,6 +435,15 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 	}
 	return owner, h, others, nil
+}
+
+// candidates lists the bounded candidates: the cached list while process
+// events vouch for it, else read anew.
+func (r *Netlink) candidates() ([]int, error) {
+	if r.cands != nil {
+		return r.cands.list(r.pids)
+	}
+	return r.pids()
 }
 
 // scanMember scans one member of a sandbox for inode, as scanFds does,

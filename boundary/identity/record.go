@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
 // Connector is the process the kernel recorded connecting a socket: its
-// tgid and uid (as the host numbers them) and when (CLOCK_BOOTTIME).
+// tgid and uid (as the host numbers them), when (CLOCK_BOOTTIME) and the
+// socket's inode (0: not recorded).
 type Connector struct {
-	Pid int
-	UID uint32
-	At  time.Duration
+	Pid   int
+	UID   uint32
+	At    time.Duration
+	Inode uint32
 }
 
 // ConnectRecords is the seam to connects recorded in the kernel
@@ -24,12 +27,16 @@ type ConnectRecords interface {
 }
 
 // WithConnectRecords lets lookups start from the connector the kernel
-// recorded at connect time instead of sock_diag and the fd scan. It is
-// used only when every process of the host is a candidate (boundary
-// serve): with bounded candidates (a sandbox) every holder is scanned
-// anyway. A record is trusted only for a process that still lives and
-// started before the connect (so a pid reused since is never reported);
-// anything else falls back to sock_diag and /proc in the same pass.
+// recorded at connect time instead of sock_diag and the fd scan. When
+// every process of the host is a candidate (boundary serve), the connector
+// is the owner. With bounded candidates (a sandbox) the record must carry
+// the socket's inode and name a candidate: the connector is the owner, and
+// every other candidate is still scanned for the socket, as without
+// records, so every holder is found. A record is trusted only for a
+// process that still lives and started before the connect (so a pid reused
+// since is never reported); anything else falls back to sock_diag and
+// /proc in the same pass. Records are not used with WithProcRoot (they
+// number processes as the host does).
 func WithConnectRecords(rec ConnectRecords) Option {
 	return func(c *config) { c.records = rec }
 }
@@ -46,8 +53,18 @@ func (r *Netlink) fromRecord(client, server netip.AddrPort) (Identity, bool) {
 	if err != nil || !ok {
 		return Identity{}, false
 	}
+	if r.bounded {
+		return r.fromRecordHeld(c)
+	}
+	return r.connector(c)
+}
+
+// connector identifies the recorded connector: its exe and ancestors, read
+// through a handle on a process that lives and started before the
+// connect.
+func (r *Netlink) connector(c Connector) (Identity, bool) {
 	var id Identity
-	err = r.proc.withHandle(c.Pid, func(h *procHandle) error {
+	err := r.proc.withHandle(c.Pid, func(h *procHandle) error {
 		start, err := r.proc.t.start(h)
 		if err != nil {
 			return err
@@ -59,10 +76,53 @@ func (r *Netlink) fromRecord(client, server netip.AddrPort) (Identity, bool) {
 		if err != nil {
 			return err
 		}
-		id = Identity{Pid: c.Pid, Exe: exe, Ancestors: r.proc.ancestorsOf(h), UID: c.UID}
+		id = Identity{Pid: c.Pid, Exe: exe, Ancestors: r.proc.ancestorsOf(h), UID: c.UID, Socket: c.Inode}
 		return nil
 	})
 	return id, err == nil
+}
+
+// fromRecordHeld identifies a connection among bounded candidates (a
+// sandbox's processes) from its record: the connector, a candidate other
+// than the trusted process, is the owner, and every other candidate is
+// scanned for the recorded inode as holders does (the trusted process and
+// quiet ones without it are not read), so a socket inherited or passed
+// since the connect is found in each process that holds it. ok is false
+// without an inode or for a connector that is no candidate: the caller
+// then asks sock_diag.
+func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
+	if c.Inode == 0 || (c.Pid == r.trusted && c.Pid != 0) {
+		return Identity{}, false
+	}
+	pids, err := r.candidates()
+	if err != nil || !slices.Contains(pids, c.Pid) {
+		return Identity{}, false
+	}
+	id, ok := r.connector(c)
+	if !ok {
+		return Identity{}, false
+	}
+	slices.SortFunc(pids, func(a, b int) int { return b - a })
+	seen := map[uint32]fdRef{}
+	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
+	var others []int
+	for _, pid := range r.cache.order(pids) {
+		if pid == c.Pid {
+			continue
+		}
+		fd, held, err := r.scanMember(pid, c.Inode, note, pids)
+		if err != nil || fd < 0 {
+			continue // gone, or not a holder
+		}
+		r.proc.t.release(held, false)
+		others = append(others, pid)
+	}
+	if len(seen) > 0 {
+		r.cache.put(seen)
+	}
+	r.cache.owned(c.Pid)
+	r.proc.t.resolved.mark(c.Inode)
+	return r.withHolders(id, others), true
 }
 
 // start returns when h's process started (CLOCK_BOOTTIME, to the tick):

@@ -2,7 +2,9 @@ package identity
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"sync"
 	"testing"
@@ -62,7 +64,7 @@ func ownNetns(tb testing.TB) uint64 {
 // TestRecordNamesTheConnector: with a connect record, the lookup asks the
 // record with the connection's ends and this network namespace, and
 // reports the recorded process (its exe and ancestors read from /proc)
-// without a sock_diag request (Socket stays 0).
+// without a sock_diag request (Socket is the record's: 0 here).
 func TestRecordNamesTheConnector(t *testing.T) {
 	ln := listen(t, "tcp4", "127.0.0.1:0")
 	conn, leaf := chain(t, ln, 2)
@@ -123,16 +125,52 @@ func TestUntrustedRecordFallsBack(t *testing.T) {
 	}
 }
 
-// TestRecordsUnusedForBoundedCandidates: a sandbox's resolver (bounded
-// candidates) scans every holder; it never asks the records.
-func TestRecordsUnusedForBoundedCandidates(t *testing.T) {
-	ln := listen(t, "tcp4", "127.0.0.1:0")
-	conn, leaf := chain(t, ln, 1)
-	rec := &fakeRecords{c: Connector{Pid: 1, At: bootTime(t)}, ok: true}
-	pids := func() ([]int, error) { return []int{leaf}, nil }
-	id := resolve(t, newResolver(t, WithPids(pids), WithConnectRecords(rec)), conn)
-	if id.Pid != leaf || rec.takes() != 0 {
-		t.Fatalf("got pid %d with %d takes, want %d and none", id.Pid, rec.takes(), leaf)
+// TestRecordHeldFindsEveryHolder plays a workload that connects with an
+// allowed binary and hands the socket to another process (here: a child
+// inherits it) that will write on it. A sandbox's resolver (bounded
+// candidates) that starts from the connect record still scans every other
+// candidate for the recorded inode, so both holders are reported, the
+// connector first. The record is used: the connector, the older process,
+// is the owner, where sock_diag and the scan name the newest holder.
+// Records it cannot use fall back to sock_diag: no inode, a connector that
+// is no candidate, the trusted process.
+func TestRecordHeldFindsEveryHolder(t *testing.T) {
+	server, child, sleep := sharedWithChild(t)
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/fd/3", child.Process.Pid), &st); err != nil {
+		t.Fatal(err)
+	}
+	inode := uint32(st.Ino)
+	self := os.Getpid()
+	pids := func() ([]int, error) { return []int{self, child.Process.Pid}, nil }
+	rec := &fakeRecords{c: Connector{Pid: self, UID: 4242, At: bootTime(t), Inode: inode}, ok: true}
+	id := resolve(t, newResolver(t, WithPids(pids), WithConnectRecords(rec)), server)
+	if id.Pid != self || id.UID != 4242 || id.Socket != inode || rec.takes() != 1 {
+		t.Fatalf("got pid %d uid %d socket %d (%d takes), want the recorded connector %d, uid 4242, socket %d", id.Pid, id.UID, id.Socket, rec.takes(), self, inode)
+	}
+	got := map[int]string{}
+	for _, h := range id.Holders {
+		got[h.Pid] = h.Exe
+	}
+	if len(id.Holders) != 2 || id.Holders[0].Pid != self || got[self] != selfExe(t) || got[child.Process.Pid] != sleep {
+		t.Fatalf("holders %+v, want %d=%s first and %d=%s", id.Holders, self, selfExe(t), child.Process.Pid, sleep)
+	}
+	for _, tc := range []struct {
+		name string
+		rec  Connector
+		opts []Option
+	}{
+		{"no inode", Connector{Pid: self, At: bootTime(t)}, nil},
+		{"a connector that is no candidate", Connector{Pid: 1, At: bootTime(t), Inode: inode}, nil},
+		{"the trusted process", Connector{Pid: self, At: bootTime(t), Inode: inode}, []Option{WithTrusted(self)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &fakeRecords{c: tc.rec, ok: true}
+			id := resolve(t, newResolver(t, append(tc.opts, WithPids(pids), WithConnectRecords(rec))...), server)
+			if id.Pid != child.Process.Pid || id.UID == 4242 || rec.takes() != 1 {
+				t.Fatalf("got pid %d uid %d (%d takes), want the newest holder %d found by sock_diag", id.Pid, id.UID, rec.takes(), child.Process.Pid)
+			}
+		})
 	}
 }
 

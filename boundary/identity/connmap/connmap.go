@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -20,7 +21,7 @@ import (
 // and the server's ports (host order).
 const (
 	keySize   = 48
-	valueSize = 16 // tgid u32, uid u32, CLOCK_BOOTTIME ns u64
+	valueSize = 24 // tgid u32, uid u32, CLOCK_BOOTTIME ns u64, socket inode u64
 	// maxEntries bounds the map: connects nobody takes (to other servers)
 	// are evicted least recently used first.
 	maxEntries = 1 << 16
@@ -39,21 +40,51 @@ const (
 	tcpConnectCB  = 3  // BPF_SOCK_OPS_TCP_CONNECT_CB
 )
 
+// sockOpsSkOff is the offset of the sk pointer in struct bpf_sock_ops (a
+// __bpf_md_ptr, fixed by the uapi).
+const sockOpsSkOff = 184
+
 // v4MappedImm is the third 32-bit word of ::ffff:0:0/96 as loaded from
 // memory on little endian (0xffff0000), as a 32-bit immediate.
 const v4MappedImm int32 = -0x10000
 
 // Stack layout of the program (offsets from the frame pointer).
 const (
-	keyOff       = -48 // netns cookie
-	clientOff    = -40
-	serverOff    = -24
-	clientPort   = -8
-	serverPort   = -4
-	valueOff     = -64 // tgid
-	valueUIDOff  = -60
-	valueTimeOff = -56
+	keyOff        = -48 // netns cookie
+	clientOff     = -40
+	serverOff     = -24
+	clientPort    = -8
+	serverPort    = -4
+	valueOff      = -72 // tgid
+	valueUIDOff   = -68
+	valueTimeOff  = -64
+	valueInodeOff = -56
 )
+
+// inodePath is where the socket's inode number lies, as the running
+// kernel's BTF says: tcp_sock (a struct sock at offset 0) -> sk_socket ->
+// file -> f_inode -> i_ino. The offsets differ between kernel builds, so
+// they are read at Open, never compiled in.
+type inodePath struct {
+	skSocket, file, fInode, iIno uint32
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	netns uint64
+	noBTF bool
+}
+
+// OnlyNetns makes the program record only the connects made in the network
+// namespace whose cookie is cookie (a sandbox's), and return at once for
+// every other connect of the machine.
+func OnlyNetns(cookie uint64) Option { return func(o *options) { o.netns = cookie } }
+
+// withoutInode loads the program that does not read the socket's inode,
+// as Open does on a kernel without BTF (tests).
+func withoutInode() Option { return func(o *options) { o.noBTF = true } }
 
 // Map is the attached program and its map. Close it to detach.
 type Map struct {
@@ -61,13 +92,23 @@ type Map struct {
 	prog   *ebpf.Program
 	l      link.Link
 	cgroup string
+	// inodeErr says why records carry no socket inode (nil: they do).
+	inodeErr error
 }
 
 var _ identity.ConnectRecords = (*Map)(nil)
 
 // Open creates the map, loads the program and attaches it to the root of
-// the cgroup v2 hierarchy.
-func Open() (*Map, error) {
+// the cgroup v2 hierarchy. Records carry the socket's inode where the
+// kernel has BTF (InodeErr says why not).
+func Open(opts ...Option) (*Map, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := initialPidNamespace(); err != nil {
+		return nil, err
+	}
 	cgroup, err := hierarchy()
 	if err != nil {
 		return nil, err
@@ -76,7 +117,23 @@ func Open() (*Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connmap: create the map (needs CAP_BPF): %w", err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stockade_conn", Type: ebpf.SockOps, Instructions: program(m.FD()), License: "Dual MIT/GPL"})
+	var (
+		path     *inodePath
+		inodeErr = errors.New("connmap: socket inodes not wanted")
+	)
+	if !o.noBTF {
+		path, inodeErr = kernelInodePath()
+	}
+	load := func(path *inodePath) (*ebpf.Program, error) {
+		return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stockade_conn", Type: ebpf.SockOps, Instructions: program(m.FD(), o.netns, path), License: "Dual MIT/GPL"})
+	}
+	prog, err := load(path)
+	if err != nil && path != nil {
+		// A kernel whose verifier refuses the walk to the inode still
+		// records the connector.
+		inodeErr = fmt.Errorf("connmap: the verifier refused reading the socket's inode: %w", err)
+		prog, err = load(nil)
+	}
 	if err != nil {
 		_ = m.Close()
 		return nil, fmt.Errorf("connmap: load the program: %w", err)
@@ -87,17 +144,72 @@ func Open() (*Map, error) {
 		_ = m.Close()
 		return nil, fmt.Errorf("connmap: attach to cgroup %s (needs CAP_NET_ADMIN): %w", cgroup, err)
 	}
-	return &Map{m: m, prog: prog, l: l, cgroup: cgroup}, nil
+	return &Map{m: m, prog: prog, l: l, cgroup: cgroup, inodeErr: inodeErr}, nil
 }
 
-// program is the sock_ops program: on TCP_CONNECT_CB, put the current
-// process's tgid, uid and the boot time under the connection's key.
-func program(mapFD int) asm.Instructions {
+// kernelInodePath reads the offsets of inodePath from the running kernel's
+// BTF (/sys/kernel/btf/vmlinux, decoded lazily: a few MB, once).
+func kernelInodePath() (*inodePath, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("connmap: kernel BTF (socket inodes not recorded): %w", err)
+	}
+	var p inodePath
+	for _, f := range []struct {
+		typ, member string
+		off         *uint32
+	}{{"sock", "sk_socket", &p.skSocket}, {"socket", "file", &p.file}, {"file", "f_inode", &p.fInode}, {"inode", "i_ino", &p.iIno}} {
+		var st *btf.Struct
+		if err := spec.TypeByName(f.typ, &st); err != nil {
+			return nil, fmt.Errorf("connmap: kernel BTF: struct %s: %w", f.typ, err)
+		}
+		off, ok := memberOffset(st, f.member)
+		if !ok {
+			return nil, fmt.Errorf("connmap: kernel BTF: struct %s has no %s", f.typ, f.member)
+		}
+		*f.off = off
+	}
+	return &p, nil
+}
+
+// memberOffset returns the byte offset of the member named name in st,
+// looking into anonymous structs and unions.
+func memberOffset(st btf.Type, name string) (uint32, bool) {
+	var members []btf.Member
+	switch t := st.(type) {
+	case *btf.Struct:
+		members = t.Members
+	case *btf.Union:
+		members = t.Members
+	default:
+		return 0, false
+	}
+	for _, m := range members {
+		if m.Name == name {
+			return m.Offset.Bytes(), m.BitfieldSize == 0 && m.Offset%8 == 0
+		}
+		if m.Name == "" {
+			if off, ok := memberOffset(btf.UnderlyingType(m.Type), name); ok {
+				return m.Offset.Bytes() + off, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// InodeErr says why records carry no socket inode (nil: they do).
+func (m *Map) InodeErr() error { return m.inodeErr }
+
+// program is the sock_ops program: on TCP_CONNECT_CB (in netns only, if
+// not 0), put the current process's tgid, uid, the boot time and (with
+// path) the socket's inode number under the connection's key.
+func program(mapFD int, netns uint64, path *inodePath) asm.Instructions {
 	const (
 		exit  = "exit"
 		v4    = "v4"
 		v6    = "v6"
 		ports = "ports"
+		store = "store"
 	)
 	// v6: copy both IPv6 addresses, word by word, into the key.
 	var copy6 asm.Instructions
@@ -117,6 +229,13 @@ func program(mapFD int) asm.Instructions {
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.FnGetNetnsCookie.Call(),
 		asm.StoreMem(asm.RFP, keyOff, asm.R0, asm.DWord),
+	}
+	if netns != 0 {
+		insns = append(insns,
+			asm.LoadImm(asm.R2, int64(netns), asm.DWord),
+			asm.JNE.Reg(asm.R0, asm.R2, exit))
+	}
+	insns = append(insns,
 		asm.JEq.Imm(asm.R7, unix.AF_INET, v4),
 		asm.JNE.Imm(asm.R7, unix.AF_INET6, exit),
 		// An AF_INET6 socket connecting to ::ffff:a.b.c.d goes through
@@ -127,9 +246,9 @@ func program(mapFD int) asm.Instructions {
 		asm.JNE.Imm(asm.R2, 0, v6),
 		asm.LoadMem(asm.R2, asm.R6, remoteIP6Off+8, asm.Word),
 		asm.JEq.Imm32(asm.R2, v4MappedImm, v4),
-	}
+	)
 	insns = append(insns, copy6...)
-	return append(insns,
+	insns = append(insns,
 		asm.Ja.Label(ports),
 
 		asm.Mov.Imm(asm.R2, 0).WithSymbol(v4),
@@ -157,8 +276,28 @@ func program(mapFD int) asm.Instructions {
 		asm.StoreMem(asm.RFP, valueUIDOff, asm.R0, asm.Word),
 		asm.FnKtimeGetBootNs.Call(),
 		asm.StoreMem(asm.RFP, valueTimeOff, asm.R0, asm.DWord),
-
-		asm.LoadMapPtr(asm.R1, mapFD),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.StoreMem(asm.RFP, valueInodeOff, asm.R2, asm.DWord),
+	)
+	if path != nil {
+		// The socket's inode: ctx->sk as a tcp_sock (a BTF pointer), then
+		// sk_socket, file, f_inode and i_ino. Loads through BTF pointers
+		// are checked against the kernel's types by the verifier and read
+		// 0 through a NULL pointer.
+		insns = append(insns,
+			asm.LoadMem(asm.R1, asm.R6, sockOpsSkOff, asm.DWord),
+			asm.JEq.Imm(asm.R1, 0, store),
+			asm.FnSkcToTcpSock.Call(),
+			asm.JEq.Imm(asm.R0, 0, store),
+			asm.LoadMem(asm.R1, asm.R0, int16(path.skSocket), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, int16(path.file), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, int16(path.fInode), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, int16(path.iIno), asm.DWord),
+			asm.StoreMem(asm.RFP, valueInodeOff, asm.R1, asm.DWord),
+		)
+	}
+	return append(insns,
+		asm.LoadMapPtr(asm.R1, mapFD).WithSymbol(store),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, keyOff),
 		asm.Mov.Reg(asm.R3, asm.RFP),
@@ -199,9 +338,10 @@ func (m *Map) Take(netns uint64, client, server netip.AddrPort) (identity.Connec
 		return identity.Connector{}, false, fmt.Errorf("connmap: take %s -> %s: %w", client, server, err)
 	}
 	return identity.Connector{
-		Pid: int(binary.NativeEndian.Uint32(v[0:])),
-		UID: binary.NativeEndian.Uint32(v[4:]),
-		At:  time.Duration(binary.NativeEndian.Uint64(v[8:])),
+		Pid:   int(binary.NativeEndian.Uint32(v[0:])),
+		UID:   binary.NativeEndian.Uint32(v[4:]),
+		At:    time.Duration(binary.NativeEndian.Uint64(v[8:])),
+		Inode: uint32(binary.NativeEndian.Uint64(v[16:])),
 	}, true, nil
 }
 
@@ -211,6 +351,24 @@ func (m *Map) Cgroup() string { return m.cgroup }
 // Close detaches the program and frees the map.
 func (m *Map) Close() error {
 	return errors.Join(m.l.Close(), m.prog.Close(), m.m.Close())
+}
+
+// initPidNsInode is the inode number of the initial pid namespace
+// (PROC_PID_INIT_INO): the kernel gives it that fixed number.
+const initPidNsInode = 0xEFFFFFFC
+
+// initialPidNamespace fails unless this process is in the initial pid
+// namespace: the program records tgids as that namespace numbers them, so
+// in any other (a container) they would name other processes in /proc.
+func initialPidNamespace() error {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &st); err != nil {
+		return fmt.Errorf("connmap: pid namespace: %w", err)
+	}
+	if st.Ino != initPidNsInode {
+		return fmt.Errorf("connmap: not in the initial pid namespace (ns inode %d): records would number processes as the host does, not as this /proc does", st.Ino)
+	}
+	return nil
 }
 
 // hierarchy returns where the cgroup v2 hierarchy is mounted:

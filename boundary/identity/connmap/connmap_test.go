@@ -19,12 +19,12 @@ import (
 	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
-func open(t *testing.T) *Map {
+func open(t *testing.T, opts ...Option) *Map {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "loading a BPF program needs root")
 	}
-	m, err := Open()
+	m, err := Open(opts...)
 	if err != nil {
 		testenv.Unavailable(t, "connmap: %v", err)
 	}
@@ -78,7 +78,7 @@ func acceptOne(t *testing.T, ln net.Listener) net.Conn {
 
 // dialMapped connects an AF_INET6 socket to ::ffff:127.0.0.1:port, the
 // way a dual-stack client reaches an IPv4 listener.
-func dialMapped(t *testing.T, port int) {
+func dialMapped(t *testing.T, port int) (inode uint32) {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -89,14 +89,50 @@ func dialMapped(t *testing.T, port int) {
 	if err := unix.Connect(fd, sa); err != nil {
 		t.Fatal(err)
 	}
+	return fdInode(t, fd)
+}
+
+// fdInode returns the inode of the socket fd.
+func fdInode(t *testing.T, fd int) uint32 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return uint32(st.Ino)
+}
+
+// connInode returns the inode of c's socket.
+func connInode(t *testing.T, c net.Conn) uint32 {
+	t.Helper()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ino uint32
+	if err := raw.Control(func(fd uintptr) { ino = fdInode(t, int(fd)) }); err != nil {
+		t.Fatal(err)
+	}
+	return ino
 }
 
 // TestRecordsEachFamily: a connect from this process over IPv4, IPv6 and
 // an AF_INET6 socket to a v4-mapped address is recorded under the ends the
-// server sees, with this process's pid and uid and a time between before
-// and after the connect; Take forgets it.
+// server sees, with this process's pid and uid, a time between before and
+// after the connect and the connecting socket's inode (0 from the program
+// without the inode); Take forgets it.
 func TestRecordsEachFamily(t *testing.T) {
-	m := open(t)
+	t.Run("inode", func(t *testing.T) {
+		m := open(t)
+		if err := m.InodeErr(); err != nil {
+			testenv.Unavailable(t, "%v", err)
+		}
+		recordsEachFamily(t, m, true)
+	})
+	t.Run("no-inode", func(t *testing.T) { recordsEachFamily(t, open(t, withoutInode()), false) })
+}
+
+func recordsEachFamily(t *testing.T, m *Map, inodes bool) {
 	for _, tc := range []struct{ name, network, addr string }{
 		{"ipv4", "tcp4", "127.0.0.1:0"},
 		{"ipv6", "tcp6", "[::1]:0"},
@@ -109,14 +145,19 @@ func TestRecordsEachFamily(t *testing.T) {
 			}
 			defer ln.Close()
 			before := bootTime(t)
+			var inode uint32
 			if tc.name == "v4-mapped" {
-				dialMapped(t, ln.Addr().(*net.TCPAddr).Port)
+				inode = dialMapped(t, ln.Addr().(*net.TCPAddr).Port)
 			} else {
 				c, err := net.Dial(tc.network, ln.Addr().String())
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
+				inode = connInode(t, c)
+			}
+			if !inodes {
+				inode = 0
 			}
 			after := bootTime(t)
 			s := acceptOne(t, ln)
@@ -125,8 +166,8 @@ func TestRecordsEachFamily(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("take %s -> %s: ok %v, %v", client, server, ok, err)
 			}
-			if got.Pid != os.Getpid() || got.UID != uint32(os.Getuid()) || got.At < before || got.At > after {
-				t.Fatalf("record %+v, want pid %d uid %d at in [%s, %s]", got, os.Getpid(), os.Getuid(), before, after)
+			if got.Pid != os.Getpid() || got.UID != uint32(os.Getuid()) || got.At < before || got.At > after || got.Inode != inode {
+				t.Fatalf("record %+v, want pid %d uid %d at in [%s, %s] inode %d", got, os.Getpid(), os.Getuid(), before, after, inode)
 			}
 			if _, ok, err := m.Take(netnsOf(t, s), client, server); ok || err != nil {
 				t.Fatalf("second take: ok %v, %v; want no record", ok, err)
@@ -162,11 +203,16 @@ func TestConnectBeforeOpenIsNotRecorded(t *testing.T) {
 	}
 }
 
-// TestResolverUsesRecords: boundary serve's resolver with the records
-// identifies a child process's connection from its record (no sock_diag:
-// Socket stays 0): the child's pid, its exe and this test as its parent.
+// TestResolverUsesRecords: a resolver with the records identifies a child
+// process's connection from its record: the child's pid, its exe, this
+// test as its parent, and the socket's inode as the child's fd 3 names it.
+// boundary serve's (every process a candidate) and a sandbox's (bounded
+// candidates: the child and this test) both do.
 func TestResolverUsesRecords(t *testing.T) {
 	m := open(t)
+	if err := m.InodeErr(); err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		testenv.Unavailable(t, "bash: %v", err)
@@ -180,30 +226,79 @@ func TestResolverUsesRecords(t *testing.T) {
 	}
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	cmd := exec.Command(bash, "-c", `exec 3<>/dev/tcp/127.0.0.1/$0; echo $$; read -r _`, port)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	for _, bounded := range []bool{false, true} {
+		cmd := exec.Command(bash, "-c", `exec 3<>/dev/tcp/127.0.0.1/$0; echo $$; read -r _`, port)
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		s := acceptOne(t, ln)
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		pid, err := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil {
+			t.Fatalf("child pid %q: %v", line, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/fd/3", &st); err != nil {
+			t.Fatal(err)
+		}
+		opts := []identity.Option{identity.WithConnectRecords(m)}
+		if bounded {
+			opts = append(opts, identity.WithPids(func() ([]int, error) { return []int{os.Getpid(), pid}, nil }))
+		}
+		r, err := identity.NewNetlink(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, server := ends(s)
+		id, err := r.Resolve(context.Background(), server, client)
+		_ = r.Close()
+		stdin.Close()
+		_ = cmd.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Pid != pid || id.Exe != bash || id.Socket != uint32(st.Ino) || id.Holders != nil || len(id.Ancestors) == 0 || id.Ancestors[0] != self {
+			t.Fatalf("bounded %v: identity %+v, want pid %d exe %s socket %d, parent %s", bounded, id, pid, bash, st.Ino, self)
+		}
+	}
+}
+
+// TestOnlyNetns: a program made for one network namespace records its
+// connects and none of another namespace's (here: a cookie no namespace
+// has, then this test's own).
+func TestOnlyNetns(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	s := acceptOne(t, ln)
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatalf("child pid %q: %v", line, err)
-	}
-	r, err := identity.NewNetlink(identity.WithConnectRecords(m))
+	defer ln.Close()
+	probe, err := net.Dial("tcp4", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	client, server := ends(s)
-	id, err := r.Resolve(context.Background(), server, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id.Pid != pid || id.Exe != bash || id.Socket != 0 || len(id.Ancestors) == 0 || id.Ancestors[0] != self {
-		t.Fatalf("identity %+v, want pid %d exe %s from the record (socket 0), parent %s", id, pid, bash, self)
+	defer probe.Close()
+	acceptOne(t, ln)
+	own := netnsOf(t, probe)
+	for _, tc := range []struct {
+		name   string
+		cookie uint64
+		want   bool
+	}{{"other", own + 1, false}, {"own", own, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := open(t, OnlyNetns(tc.cookie))
+			c, err := net.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s := acceptOne(t, ln)
+			client, server := ends(s)
+			got, ok, err := m.Take(own, client, server)
+			if err != nil || ok != tc.want {
+				t.Fatalf("program for netns %d, connect in %d: record %+v ok %v (%v), want ok %v", tc.cookie, own, got, ok, err, tc.want)
+			}
+		})
 	}
 }
