@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -354,7 +356,7 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	rec := openConnectRecords(diag, log)
+	rec := openConnectRecords(diag, px, log)
 	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithTrusted(sb.InitPid()), identity.WithInjector(faults)}
 	if rec != nil {
 		opts = append(opts, identity.WithConnectRecords(rec))
@@ -400,16 +402,24 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 }
 
 // openConnectRecords attaches a connect recorder for the sandbox's network
-// namespace (the one the sock_diag socket diag was made in): every connect
-// in it is recorded with its socket's inode, and the program returns at
-// once for the machine's other connects. It returns nil, and says why at
+// namespace (the one the sock_diag socket diag was made in) and the proxy
+// listener's port: every connect to the proxy in it is recorded with its
+// socket's inode, and the program returns at once for the machine's other
+// connects. It returns nil, and says why at
 // info, when it cannot (no BPF, no cgroup v2 hierarchy, a container):
 // every lookup then asks sock_diag.
-func openConnectRecords(diag int, log zerolog.Logger) *connmap.Map {
+func openConnectRecords(diag int, proxy net.Listener, log zerolog.Logger) *connmap.Map {
 	netns, err := unix.GetsockoptUint64(diag, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	var port netip.AddrPort
+	if err == nil {
+		if proxy == nil {
+			return nil // no proxy: no connect to identify
+		}
+		port, err = netip.ParseAddrPort(proxy.Addr().String())
+	}
 	if err == nil {
 		var rec *connmap.Map
-		if rec, err = connmap.Open(connmap.OnlyNetns(netns)); err == nil {
+		if rec, err = connmap.Open(connmap.OnlyNetns(netns), connmap.OnlyPort(port.Port())); err == nil {
 			if ierr := rec.InodeErr(); ierr != nil {
 				// Without the inode a sandbox's lookups cannot use a record.
 				_ = rec.Close()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -36,17 +37,35 @@ const (
 	recordsOff  = "off"
 )
 
-// openConnectRecords attaches the connect recorder, or says at info why
-// not (nil: every lookup asks sock_diag and /proc, as --connect-records
-// off does).
-func openConnectRecords(log zerolog.Logger) *connmap.Map {
-	rec, err := connmap.Open()
+// openConnectRecords attaches the connect recorder for the connects to the
+// proxy listener's port, or says at info why not (nil: every lookup asks
+// sock_diag and /proc, as --connect-records off does; no proxy, nothing to
+// record).
+func openConnectRecords(proxy net.Listener, log zerolog.Logger) *connmap.Map {
+	if proxy == nil {
+		return nil
+	}
+	port, err := listenerPort(proxy)
+	if err != nil {
+		log.Info().Err(err).Msg("identity: connects are not recorded in the kernel; each lookup asks sock_diag and /proc")
+		return nil
+	}
+	rec, err := connmap.Open(connmap.OnlyPort(port))
 	if err != nil {
 		log.Info().Err(err).Msg("identity: connects are not recorded in the kernel; each lookup asks sock_diag and /proc")
 		return nil
 	}
 	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: connects recorded in the kernel (--connect-records off to stop)")
 	return rec
+}
+
+// listenerPort returns the TCP port ln listens on.
+func listenerPort(ln net.Listener) (uint16, error) {
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil {
+		return 0, fmt.Errorf("proxy listener address %s: %w", ln.Addr(), err)
+	}
+	return ap.Port(), nil
 }
 
 func newBoundaryCmd() *cobra.Command {
@@ -183,12 +202,26 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitUsage, fmt.Errorf("%w (or pass --dns-upstream or --hosts)", err)}
 	}
 
+	cfg := boundary.Config{
+		Decider: boundary.PolicyDecider(engine), Resolver: res, DNSUpstream: up,
+		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Injector: inj, Log: log, LogOut: logOut,
+		Counters: supervise.NewCounters(),
+	}
+	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)
+	defer func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}()
+	if err != nil {
+		return &exitError{exitFailure, err}
+	}
 	var resolver identity.Resolver
 	switch o.identityMode {
 	case identity.ModeNetlink:
 		idOpts := []identity.Option{identity.WithInjector(inj)}
 		if o.records == recordsAuto {
-			if rec := openConnectRecords(log); rec != nil {
+			if rec := openConnectRecords(cfg.Proxy, log); rec != nil {
 				defer rec.Close()
 				idOpts = append(idOpts, identity.WithConnectRecords(rec))
 			}
@@ -211,20 +244,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitUsage, fmt.Errorf("--identity %q: want netlink or none", o.identityMode)}
 	}
 
-	cfg := boundary.Config{
-		Decider: boundary.PolicyDecider(engine), Identity: resolver, Resolver: res, DNSUpstream: up,
-		AllowLoopback: o.allowLoopback, MaxConns: o.maxConns, Injector: inj, Log: log, LogOut: logOut,
-		Counters: supervise.NewCounters(),
-	}
-	closers, err := listen(&cfg, o.proxyAddr, o.dnsAddr)
-	defer func() {
-		for _, c := range closers {
-			_ = c()
-		}
-	}()
-	if err != nil {
-		return &exitError{exitFailure, err}
-	}
+	cfg.Identity = resolver
 	gaveUp := make(chan string, 1)
 	cfg.OnGiveUp = func(kind string, reason any) {
 		select {

@@ -74,6 +74,7 @@ type Option func(*options)
 
 type options struct {
 	netns uint64
+	port  uint16
 	noBTF bool
 }
 
@@ -81,6 +82,12 @@ type options struct {
 // namespace whose cookie is cookie (a sandbox's), and return at once for
 // every other connect of the machine.
 func OnlyNetns(cookie uint64) Option { return func(o *options) { o.netns = cookie } }
+
+// OnlyPort makes the program record only the connects to port (the
+// proxy's): a lookup only ever asks for a connection accepted there, and
+// the machine's other connects (the boundary's own upstream dials among
+// them) then cost one comparison instead of a map update.
+func OnlyPort(port uint16) Option { return func(o *options) { o.port = port } }
 
 // withoutInode loads the program that does not read the socket's inode,
 // as Open does on a kernel without BTF (tests).
@@ -125,7 +132,7 @@ func Open(opts ...Option) (*Map, error) {
 		path, inodeErr = kernelInodePath()
 	}
 	load := func(path *inodePath) (*ebpf.Program, error) {
-		return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stockade_conn", Type: ebpf.SockOps, Instructions: program(m.FD(), o.netns, path), License: "Dual MIT/GPL"})
+		return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stockade_conn", Type: ebpf.SockOps, Instructions: program(m.FD(), o, path), License: "Dual MIT/GPL"})
 	}
 	prog, err := load(path)
 	if err != nil && path != nil {
@@ -200,10 +207,11 @@ func memberOffset(st btf.Type, name string) (uint32, bool) {
 // InodeErr says why records carry no socket inode (nil: they do).
 func (m *Map) InodeErr() error { return m.inodeErr }
 
-// program is the sock_ops program: on TCP_CONNECT_CB (in netns only, if
-// not 0), put the current process's tgid, uid, the boot time and (with
-// path) the socket's inode number under the connection's key.
-func program(mapFD int, netns uint64, path *inodePath) asm.Instructions {
+// program is the sock_ops program: on TCP_CONNECT_CB (to o.port only and
+// in o.netns only, where not 0), put the current process's tgid, uid, the
+// boot time and (with path) the socket's inode number under the
+// connection's key.
+func program(mapFD int, o options, path *inodePath) asm.Instructions {
 	const (
 		exit  = "exit"
 		v4    = "v4"
@@ -225,14 +233,25 @@ func program(mapFD int, netns uint64, path *inodePath) asm.Instructions {
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R2, asm.R6, opOff, asm.Word),
 		asm.JNE.Imm(asm.R2, tcpConnectCB, exit),
+	}
+	if o.port != 0 {
+		// remote_port holds the port in network byte order in its upper
+		// 16 bits.
+		insns = append(insns,
+			asm.LoadMem(asm.R2, asm.R6, remotePortOff, asm.Word),
+			asm.RSh.Imm(asm.R2, 16),
+			asm.HostTo(asm.BE, asm.R2, asm.Half),
+			asm.JNE.Imm(asm.R2, int32(o.port), exit))
+	}
+	insns = append(insns,
 		asm.LoadMem(asm.R7, asm.R6, familyOff, asm.Word),
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.FnGetNetnsCookie.Call(),
 		asm.StoreMem(asm.RFP, keyOff, asm.R0, asm.DWord),
-	}
-	if netns != 0 {
+	)
+	if o.netns != 0 {
 		insns = append(insns,
-			asm.LoadImm(asm.R2, int64(netns), asm.DWord),
+			asm.LoadImm(asm.R2, int64(o.netns), asm.DWord),
 			asm.JNE.Reg(asm.R0, asm.R2, exit))
 	}
 	insns = append(insns,

@@ -302,3 +302,42 @@ func TestOnlyNetns(t *testing.T) {
 		})
 	}
 }
+
+// TestOnlyPort: a program for one port records the connects to it, in
+// either family, and not those to another port.
+func TestOnlyPort(t *testing.T) {
+	listen := func(network, addr string) net.Listener {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln
+	}
+	watched, other := listen("tcp4", "127.0.0.1:0"), listen("tcp4", "127.0.0.1:0")
+	port := uint16(watched.Addr().(*net.TCPAddr).Port)
+	watched6 := listen("tcp6", net.JoinHostPort("::1", strconv.Itoa(int(port))))
+	m := open(t, OnlyPort(port))
+	for _, tc := range []struct {
+		name string
+		ln   net.Listener
+		want bool
+	}{{"watched", watched, true}, {"watched-v6", watched6, true}, {"other", other, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial(tc.ln.Addr().Network(), tc.ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s := acceptOne(t, tc.ln)
+			client, server := ends(s)
+			got, ok, err := m.Take(netnsOf(t, c), client, server)
+			if err != nil || ok != tc.want {
+				t.Fatalf("program for port %d, connect to %s: record %+v ok %v (%v), want ok %v", port, server, got, ok, err, tc.want)
+			}
+			if ok && got.Pid != os.Getpid() {
+				t.Fatalf("record names pid %d, want %d", got.Pid, os.Getpid())
+			}
+		})
+	}
+}
