@@ -405,33 +405,43 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 // namespace (the one the sock_diag socket diag was made in) and the proxy
 // listener's port: every connect to the proxy in it is recorded with its
 // socket's inode, and the program returns at once for the machine's other
-// connects. It returns nil, and says why at
-// info, when it cannot (no BPF, no cgroup v2 hierarchy, a container):
-// every lookup then asks sock_diag.
+// connects. It returns nil, and says why at info, when it cannot (no BPF,
+// no cgroup v2 hierarchy, no BTF, a container): every lookup then asks
+// sock_diag.
 func openConnectRecords(diag int, proxy net.Listener, log zerolog.Logger) *connmap.Map {
+	if proxy == nil {
+		return nil // no proxy: no connect to identify
+	}
+	rec, err := recordSandboxConnects(diag, proxy)
+	if err != nil {
+		log.Info().Err(err).Msg("identity: the sandbox's connects are not recorded in the kernel; each lookup asks sock_diag")
+		return nil
+	}
+	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: the sandbox's connects recorded in the kernel")
+	return rec
+}
+
+// recordSandboxConnects opens the recorder of openConnectRecords; one
+// whose records carry no inode is closed: a sandbox's lookups cannot use
+// them.
+func recordSandboxConnects(diag int, proxy net.Listener) (*connmap.Map, error) {
 	netns, err := unix.GetsockoptUint64(diag, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-	var port netip.AddrPort
-	if err == nil {
-		if proxy == nil {
-			return nil // no proxy: no connect to identify
-		}
-		port, err = netip.ParseAddrPort(proxy.Addr().String())
+	if err != nil {
+		return nil, fmt.Errorf("netns cookie: %w", err)
 	}
-	if err == nil {
-		var rec *connmap.Map
-		if rec, err = connmap.Open(connmap.OnlyNetns(netns), connmap.OnlyPort(port.Port())); err == nil {
-			if ierr := rec.InodeErr(); ierr != nil {
-				// Without the inode a sandbox's lookups cannot use a record.
-				_ = rec.Close()
-				err = ierr
-			} else {
-				log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: the sandbox's connects recorded in the kernel")
-				return rec
-			}
-		}
+	ap, err := netip.ParseAddrPort(proxy.Addr().String())
+	if err != nil {
+		return nil, fmt.Errorf("proxy listener address %s: %w", proxy.Addr(), err)
 	}
-	log.Info().Err(err).Msg("identity: the sandbox's connects are not recorded in the kernel; each lookup asks sock_diag")
-	return nil
+	rec, err := connmap.Open(connmap.OnlyNetns(netns), connmap.OnlyPort(ap.Port()))
+	if err != nil {
+		return nil, err
+	}
+	if err := rec.InodeErr(); err != nil {
+		_ = rec.Close()
+		return nil, err
+	}
+	return rec, nil
 }
 
 func restartCounts(c *supervise.Counters) map[string]int64 {

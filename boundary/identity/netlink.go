@@ -407,34 +407,49 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 			}
 		}
 	}
+	skip := -1
+	if cached {
+		skip = owner.pid
+	}
+	var others []int
+	r.scanCandidates(pids, inode, skip, func(pid, fd int, held *procHandle) bool {
+		if cached {
+			r.proc.t.release(held, false)
+			others = append(others, pid)
+			return false
+		}
+		owner = fdRef{pid: pid, fd: fd}
+		h, cached = r.holding(owner, held, inode)
+		return cached
+	})
+	if !cached {
+		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+	}
+	return owner, h, others, nil
+}
+
+// scanCandidates scans each of pids but skip for inode, in the owner
+// cache's order, with scanMember; found gets each holder with its handle
+// held, and returns true when that holder is the owner (then cached for
+// inode). The sockets seen on the way go to the owner cache.
+func (r *Netlink) scanCandidates(pids []int, inode uint32, skip int, found func(pid, fd int, held *procHandle) bool) {
 	seen := map[uint32]fdRef{}
 	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
-	var others []int
 	for _, pid := range r.cache.order(pids) {
-		if cached && pid == owner.pid {
+		if pid == skip {
 			continue
 		}
 		fd, held, err := r.scanMember(pid, inode, note, pids)
 		if err != nil || fd < 0 {
 			continue // gone, or not a holder
 		}
-		if cached {
-			r.proc.t.release(held, false)
-			others = append(others, pid)
-			continue
-		}
-		owner = fdRef{pid: pid, fd: fd}
-		if h, cached = r.holding(owner, held, inode); cached {
-			note(inode, owner)
+		if found(pid, fd, held) {
+			note(inode, fdRef{pid: pid, fd: fd})
 		}
 	}
 	if len(seen) > 0 {
 		r.cache.put(seen)
 	}
-	if !cached {
-		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
-	}
-	return owner, h, others, nil
 }
 
 // candidates lists the bounded candidates: the cached list while process

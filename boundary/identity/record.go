@@ -103,23 +103,12 @@ func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
 		return Identity{}, false
 	}
 	slices.SortFunc(pids, func(a, b int) int { return b - a })
-	seen := map[uint32]fdRef{}
-	note := func(ino uint32, ref fdRef) { seen[ino] = ref }
 	var others []int
-	for _, pid := range r.cache.order(pids) {
-		if pid == c.Pid {
-			continue
-		}
-		fd, held, err := r.scanMember(pid, c.Inode, note, pids)
-		if err != nil || fd < 0 {
-			continue // gone, or not a holder
-		}
+	r.scanCandidates(pids, c.Inode, c.Pid, func(pid, _ int, held *procHandle) bool {
 		r.proc.t.release(held, false)
 		others = append(others, pid)
-	}
-	if len(seen) > 0 {
-		r.cache.put(seen)
-	}
+		return false
+	})
 	r.cache.owned(c.Pid)
 	r.proc.t.resolved.mark(c.Inode)
 	return r.withHolders(id, others), true
