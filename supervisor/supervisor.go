@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -356,8 +355,40 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
+	id, closeID, err := sandboxIdentity(diag, px, candidates, sb.InitPid(), faults, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
+	if err != nil {
+		closeID()
+		return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
+	}
+	b, stop, err := boundary.Serve(boundary.Config{
+		Proxy: px, DNSPacket: udp, DNSStream: tcp,
+		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
+		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Injector: faults,
+		Log: log, LogOut: logOut, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
+	}, sp.AuditFile)
+	if err != nil {
+		closeID()
+		return nil, nil, fmt.Errorf("supervisor: %w", err)
+	}
+	return b, func() {
+		stop()
+		closeID()
+	}, nil
+}
+
+// sandboxIdentity makes the identity resolver of a sandbox's boundary:
+// sock_diag through diag (a socket in the sandbox's network namespace),
+// the sandbox's processes as the candidates, its init trusted and where
+// ancestors stop, and the sandbox's connects to the proxy recorded in the
+// kernel where it allows (openConnectRecords). Its close releases both
+// and logs how the connections were identified.
+func sandboxIdentity(diag int, px net.Listener, candidates func() ([]int, error), initPid int, faults fault.Injector, log zerolog.Logger) (*identity.Netlink, func(), error) {
 	rec := openConnectRecords(diag, px, log)
-	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(sb.InitPid()), identity.WithTrusted(sb.InitPid()), identity.WithInjector(faults)}
+	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(initPid), identity.WithTrusted(initPid), identity.WithInjector(faults)}
 	if rec != nil {
 		opts = append(opts, identity.WithConnectRecords(rec))
 	}
@@ -377,27 +408,11 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 	if err := id.QuietProcesses(); err != nil {
 		log.Info().Err(err).Msg("identity: every connection reads every process of the sandbox")
 	}
-	up, res, err := boundary.Upstreams(sp.Hosts, sp.DNSUpstream)
-	if err != nil {
+	return id, func() {
+		src := id.Sources()
 		_ = id.Close()
 		closeRec()
-		return nil, nil, fmt.Errorf("supervisor: %w (give the gateway --dns-upstream or --hosts)", err)
-	}
-	b, stop, err := boundary.Serve(boundary.Config{
-		Proxy: px, DNSPacket: udp, DNSStream: tcp,
-		Decider: boundary.PolicyDecider(engine), Identity: id, Resolver: res, DNSUpstream: up,
-		AllowLoopback: sp.AllowLoopback, MaxConns: sp.MaxConns, Injector: faults,
-		Log: log, LogOut: logOut, Counters: supervise.NewCounters(), Sandbox: sp.Name, OnGiveUp: onGiveUp,
-	}, sp.AuditFile)
-	if err != nil {
-		_ = id.Close()
-		closeRec()
-		return nil, nil, fmt.Errorf("supervisor: %w", err)
-	}
-	return b, func() {
-		stop()
-		_ = id.Close()
-		closeRec()
+		log.Info().Uint64("from_records", src.Records).Uint64("through_sock_diag", src.SockDiag).Msg("identity: connections identified")
 	}, nil
 }
 
@@ -429,11 +444,11 @@ func recordSandboxConnects(diag int, proxy net.Listener) (*connmap.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netns cookie: %w", err)
 	}
-	ap, err := netip.ParseAddrPort(proxy.Addr().String())
+	port, err := connmap.PortOf(proxy.Addr())
 	if err != nil {
-		return nil, fmt.Errorf("proxy listener address %s: %w", proxy.Addr(), err)
+		return nil, err
 	}
-	rec, err := connmap.Open(connmap.OnlyNetns(netns), connmap.OnlyPort(ap.Port()))
+	rec, err := connmap.Open(connmap.OnlyNetns(netns), connmap.OnlyPort(port))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package boundary
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockade-dev/stockade/boundary/identity"
+)
 
 var statsDesc = prometheus.NewDesc("stockade_boundary_events_total",
 	"Boundary events: conns and queries received, decisions allowed and denied, malformed requests, failed leaf actors.",
@@ -20,4 +24,23 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 	} {
 		ch <- prometheus.MustNewConstMetric(statsDesc, prometheus.CounterValue, float64(e.v), e.name)
 	}
+}
+
+var identityDesc = prometheus.NewDesc("stockade_identity_connections_total",
+	"Connections the boundary's resolver identified, by how: from the connect recorded in the kernel (record) or through sock_diag and the processes' descriptors (sock_diag).",
+	[]string{"source"}, nil)
+
+// IdentitySources collects a resolver's identity.Sources (a
+// prometheus.Collector): whether the connect records answer, for an
+// operator.
+type IdentitySources func() identity.Sources
+
+// Describe implements prometheus.Collector.
+func (f IdentitySources) Describe(ch chan<- *prometheus.Desc) { ch <- identityDesc }
+
+// Collect implements prometheus.Collector.
+func (f IdentitySources) Collect(ch chan<- prometheus.Metric) {
+	s := f()
+	ch <- prometheus.MustNewConstMetric(identityDesc, prometheus.CounterValue, float64(s.Records), "record")
+	ch <- prometheus.MustNewConstMetric(identityDesc, prometheus.CounterValue, float64(s.SockDiag), "sock_diag")
 }

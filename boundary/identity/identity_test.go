@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 func newResolver(tb testing.TB, opts ...Option) *Netlink {
@@ -274,57 +274,29 @@ func TestDiagFDMustBeSockDiag(t *testing.T) {
 }
 
 // netnsConn creates, in a new network namespace, a sock_diag socket and a
-// loopback connection; the thread that entered the namespace dies with its
-// goroutine (it is never unlocked).
+// loopback connection.
 func netnsConn(t *testing.T) (diagFD int, server net.Conn) {
-	type result struct {
-		fd  int
-		ln  net.Listener
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		res := result{fd: -1}
-		defer func() { ch <- res }()
-		if res.err = unix.Unshare(unix.CLONE_NEWNET); res.err != nil {
-			return
+	ns := testenv.NewNetns(t)
+	var (
+		ln net.Listener
+		c  net.Conn
+	)
+	diagFD = -1
+	err := ns.Run(func() (err error) {
+		if diagFD, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG); err != nil {
+			return err
 		}
-		if res.err = loUp(); res.err != nil {
-			return
+		if ln, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+			return err
 		}
-		if res.fd, res.err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG); res.err != nil {
-			return
-		}
-		if res.ln, res.err = net.Listen("tcp4", "127.0.0.1:0"); res.err != nil {
-			return
-		}
-		res.c, res.err = net.Dial("tcp4", res.ln.Addr().String())
-	}()
-	res := <-ch
-	if res.err != nil {
-		t.Fatalf("network namespace setup: %v", res.err)
-	}
-	t.Cleanup(func() { res.c.Close(); res.ln.Close() })
-	return res.fd, accept(t, res.ln)
-}
-
-func loUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		c, err = net.Dial("tcp4", ln.Addr().String())
+		return err
+	})
 	if err != nil {
-		return err
+		t.Fatalf("network namespace setup: %v", err)
 	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+	t.Cleanup(func() { c.Close(); ln.Close() })
+	return diagFD, accept(t, ln)
 }
 
 func TestDiagFDFromOtherNetworkNamespace(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,6 +107,24 @@ type Netlink struct {
 	// socket is in (netns).
 	records ConnectRecords
 	netns   uint64
+	// byRecord and byDiag count the connections identified each way
+	// (Sources).
+	byRecord, byDiag atomic.Uint64
+}
+
+// Sources counts the connections a Netlink resolver identified, by where
+// their owner came from: an operator's check that the connect records
+// answer (`boundary serve` metrics, the supervisor's log at its stop).
+type Sources struct {
+	// Records: from the connect the kernel recorded (WithConnectRecords).
+	Records uint64
+	// SockDiag: through sock_diag and the candidates' descriptors.
+	SockDiag uint64
+}
+
+// Sources returns how many connections each way has identified so far.
+func (r *Netlink) Sources() Sources {
+	return Sources{Records: r.byRecord.Load(), SockDiag: r.byDiag.Load()}
 }
 
 var _ Resolver = (*Netlink)(nil)
@@ -319,6 +338,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	}
 	if r.records != nil {
 		if id, ok := r.fromRecord(client, server); ok {
+			r.byRecord.Add(1)
 			return id, nil
 		}
 	}
@@ -353,6 +373,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	}
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
+	r.byDiag.Add(1)
 	return r.withHolders(Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}, others), nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -45,7 +44,7 @@ func openConnectRecords(proxy net.Listener, log zerolog.Logger) *connmap.Map {
 	if proxy == nil {
 		return nil
 	}
-	port, err := listenerPort(proxy)
+	port, err := connmap.PortOf(proxy.Addr())
 	if err != nil {
 		log.Info().Err(err).Msg("identity: connects are not recorded in the kernel; each lookup asks sock_diag and /proc")
 		return nil
@@ -57,15 +56,6 @@ func openConnectRecords(proxy net.Listener, log zerolog.Logger) *connmap.Map {
 	}
 	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: connects recorded in the kernel (--connect-records off to stop)")
 	return rec
-}
-
-// listenerPort returns the TCP port ln listens on.
-func listenerPort(ln net.Listener) (uint16, error) {
-	ap, err := netip.ParseAddrPort(ln.Addr().String())
-	if err != nil {
-		return 0, fmt.Errorf("proxy listener address %s: %w", ln.Addr(), err)
-	}
-	return ap.Port(), nil
 }
 
 func newBoundaryCmd() *cobra.Command {
@@ -160,6 +150,9 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	if o.records != recordsAuto && o.records != recordsOff {
 		return &exitError{exitUsage, fmt.Errorf("--connect-records %q: want %s or %s", o.records, recordsAuto, recordsOff)}
 	}
+	if o.identityMode != identity.ModeNetlink && o.identityMode != identity.ModeNone {
+		return &exitError{exitUsage, fmt.Errorf("--identity %q: want %s or %s", o.identityMode, identity.ModeNetlink, identity.ModeNone)}
+	}
 
 	if o.cpuProfile != "" {
 		pf, err := os.Create(o.cpuProfile)
@@ -217,6 +210,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		return &exitError{exitFailure, err}
 	}
 	var resolver identity.Resolver
+	collectors := []prometheus.Collector{}
 	switch o.identityMode {
 	case identity.ModeNetlink:
 		idOpts := []identity.Option{identity.WithInjector(inj)}
@@ -237,11 +231,12 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 			log.Debug().Msg("identity: process events vouch for the processes met before")
 		}
 		resolver = nl
+		collectors = append(collectors, boundary.IdentitySources(nl.Sources))
 	case identity.ModeNone:
 		resolver = identity.None{}
 		log.Warn().Msg("identity none: endpoint-only matching, policy binaries are ignored")
-	default:
-		return &exitError{exitUsage, fmt.Errorf("--identity %q: want netlink or none", o.identityMode)}
+	default: // checked with the other flags, before any listener opened
+		return &exitError{exitUsage, fmt.Errorf("--identity %q: want %s or %s", o.identityMode, identity.ModeNetlink, identity.ModeNone)}
 	}
 
 	cfg.Identity = resolver
@@ -264,7 +259,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	defer procs.Start(context.Background(), log)()
 	ready := boundaryReady{PID: os.Getpid()}
 	if o.metricsAddr != "" {
-		bound, stop, err := serveMetrics(o.metricsAddr, log, b.Counters(), b.Stats())
+		bound, stop, err := serveMetrics(o.metricsAddr, log, append(collectors, b.Counters(), b.Stats())...)
 		if err != nil {
 			return &exitError{exitFailure, err}
 		}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -352,9 +355,30 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-func TestConnectRecordsValue(t *testing.T) {
-	_, errOut, code := run(t, "boundary", "serve", "--policy", "x.yaml", "--connect-records", "yes")
-	if code != exitUsage || !strings.Contains(errOut, `--connect-records "yes": want auto or off`) {
-		t.Fatalf("exit %d, stderr %q; want 2 naming the values", code, errOut)
+// TestServeFlagValues: a bad --connect-records or --identity value is a
+// usage error naming the values, found before anything is opened: the
+// proxy address here is taken, and opening it first would fail otherwise.
+func TestServeFlagValues(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	policy, hosts := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "hosts")
+	if err := os.WriteFile(policy, []byte("version: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 a.test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--connect-records", "yes", `--connect-records "yes": want auto or off`},
+		{"--identity", "pidfd", `--identity "pidfd": want netlink or none`},
+	} {
+		_, errOut, code := run(t, "boundary", "serve", "--policy", policy, "--hosts", hosts, "--dns", "127.0.0.1:0", "--proxy", taken.Addr().String(), tc.flag, tc.value)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s %s: exit %d, stderr %q; want %d naming the values", tc.flag, tc.value, code, errOut, exitUsage)
+		}
 	}
 }

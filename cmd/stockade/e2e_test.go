@@ -174,8 +174,9 @@ func TestServeAllowDenyRefuseAndReload(t *testing.T) {
 // TestServeConnectRecords: as root, boundary serve records connects in the
 // kernel by default and says so; curl's connection is then identified from
 // its record (the audit names /usr/bin/curl, and the policy allows only
-// curl). With --connect-records off it is identified by sock_diag and /proc
-// alone, with the same decision.
+// curl; the metrics count it under source="record"). With
+// --connect-records off it is identified by sock_diag and /proc alone, with
+// the same decision.
 func TestServeConnectRecords(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "a BPF program needs root")
@@ -183,18 +184,24 @@ func TestServeConnectRecords(t *testing.T) {
 	f := newFixture(t)
 	url := fmt.Sprintf("http://api.test:%d/", f.webPort)
 	for _, tc := range []struct {
-		flag, want, not string
+		flag, want, not, source string
 	}{
-		{"auto", "connects recorded in the kernel", "connects are not recorded"},
-		{"off", "", "connects recorded in the kernel"},
+		{"auto", "connects recorded in the kernel", "connects are not recorded", "record"},
+		{"off", "", "connects recorded in the kernel", "sock_diag"},
 	} {
-		s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--connect-records", tc.flag, "--log-level", "debug")
+		s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--connect-records", tc.flag, "--log-level", "debug",
+			"--metrics", "127.0.0.1:0")
 		if code, body := curlVia(t, s.proxy, url); code != "200" || !strings.Contains(body, "upstream says hi") {
 			t.Fatalf("--connect-records %s: allowed curl got %s %q", tc.flag, code, body)
 		}
 		testenv.Eventually(t, 5*time.Second, func() bool { return s.logHas("NET:OPEN [INFO] ALLOWED /usr/bin/curl(") }, "the allowed decision names curl")
 		if (tc.want != "" && !s.logHas(tc.want)) || s.logHas(tc.not) {
 			t.Fatalf("--connect-records %s: log wants %q and not %q:\n%s", tc.flag, tc.want, tc.not, s.p.Log.String())
+		}
+		// The one connection was identified the way the flag says, not by
+		// a silent fall back.
+		if m := s.metrics(t); !strings.Contains(m, fmt.Sprintf(`stockade_identity_connections_total{source=%q} 1`, tc.source)) {
+			t.Fatalf("--connect-records %s: metrics do not count curl's connection as identified by %s:\n%s", tc.flag, tc.source, m)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -88,6 +89,15 @@ func OnlyNetns(cookie uint64) Option { return func(o *options) { o.netns = cooki
 // the machine's other connects (the boundary's own upstream dials among
 // them) then cost one comparison instead of a map update.
 func OnlyPort(port uint16) Option { return func(o *options) { o.port = port } }
+
+// PortOf returns the TCP port of a listener's address, for OnlyPort.
+func PortOf(addr net.Addr) (uint16, error) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return 0, fmt.Errorf("connmap: listener address %s: %w", addr, err)
+	}
+	return ap.Port(), nil
+}
 
 // withoutInode loads the program that does not read the socket's inode,
 // as Open does on a kernel without BTF (tests).

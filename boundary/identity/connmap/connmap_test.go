@@ -253,6 +253,7 @@ func TestResolverUsesRecords(t *testing.T) {
 		}
 		client, server := ends(s)
 		id, err := r.Resolve(context.Background(), server, client)
+		src := r.Sources()
 		_ = r.Close()
 		stdin.Close()
 		_ = cmd.Wait()
@@ -261,6 +262,9 @@ func TestResolverUsesRecords(t *testing.T) {
 		}
 		if id.Pid != pid || id.Exe != bash || id.Socket != uint32(st.Ino) || id.Holders != nil || len(id.Ancestors) == 0 || id.Ancestors[0] != self {
 			t.Fatalf("bounded %v: identity %+v, want pid %d exe %s socket %d, parent %s", bounded, id, pid, bash, st.Ino, self)
+		}
+		if src != (identity.Sources{Records: 1}) {
+			t.Fatalf("bounded %v: identified %+v, want from the record (a silent fall back to sock_diag)", bounded, src)
 		}
 	}
 }

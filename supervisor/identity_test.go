@@ -1,0 +1,92 @@
+package supervisor
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/testenv"
+)
+
+// TestSandboxIdentityUsesRecords: the resolver the supervisor makes for a
+// sandbox's boundary (sandboxIdentity, as startBoundary calls it)
+// identifies a connection to the proxy from the connect the kernel
+// recorded in the sandbox's network namespace, not by a silent fall back
+// to sock_diag, and says at its close how each connection was identified.
+// The sandbox here is a network namespace of the test's own and this
+// process its one candidate.
+func TestSandboxIdentityUsesRecords(t *testing.T) {
+	ns := testenv.NewNetns(t)
+	diag := -1
+	var px net.Listener
+	if err := ns.Run(func() (err error) {
+		if diag, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG); err != nil {
+			return err
+		}
+		px, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatalf("the sandbox's sockets: %v", err)
+	}
+	defer px.Close()
+	var logs testenv.Buffer
+	self := os.Getpid()
+	id, closeID, err := sandboxIdentity(diag, px, func() ([]int, error) { return []int{self}, nil }, 1, fault.Nop{}, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			closeID()
+		}
+	}()
+	if !strings.Contains(logs.String(), "the sandbox's connects recorded in the kernel") {
+		testenv.Unavailable(t, "the sandbox's connects are not recorded here: %s", logs.String())
+	}
+
+	var c net.Conn
+	if err := ns.Run(func() (err error) {
+		c, err = net.Dial("tcp4", px.Addr().String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = px.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	s, err := px.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	local, remote := s.LocalAddr().(*net.TCPAddr).AddrPort(), s.RemoteAddr().(*net.TCPAddr).AddrPort()
+	got, err := id.Resolve(context.Background(), local, remote)
+	if err != nil {
+		t.Fatalf("resolve %s -> %s: %v", remote, local, err)
+	}
+	var st unix.Stat_t
+	raw, _ := c.(*net.TCPConn).SyscallConn()
+	_ = raw.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	if got.Pid != self || got.Socket != uint32(st.Ino) || got.Exe != exe || got.Holders != nil {
+		t.Fatalf("identity %+v, want pid %d, socket %d, exe %s, one holder", got, self, st.Ino, exe)
+	}
+	if src := id.Sources(); src.Records != 1 || src.SockDiag != 0 {
+		t.Fatalf("identified %+v, want the one connection from its record (the supervisor fell back to sock_diag)", src)
+	}
+	closed = true
+	closeID()
+	if !strings.Contains(logs.String(), `"from_records":1,"through_sock_diag":0,"message":"identity: connections identified"`) {
+		t.Fatalf("the close does not say how the connections were identified:\n%s", logs.String())
+	}
+}
