@@ -4,7 +4,9 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,16 +40,12 @@ func TestSandboxIdentityUsesRecords(t *testing.T) {
 	defer px.Close()
 	var logs testenv.Buffer
 	self := os.Getpid()
-	id, closeID, err := sandboxIdentity(diag, px, func() ([]int, error) { return []int{self}, nil }, 1, fault.Nop{}, zerolog.New(&logs))
+	id, closeOnce, err := sandboxIdentity(diag, px, func() ([]int, error) { return []int{self}, nil }, 1, fault.Nop{}, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := false
-	defer func() {
-		if !closed {
-			closeID()
-		}
-	}()
+	closeID := sync.OnceFunc(closeOnce)
+	defer closeID()
 	if !strings.Contains(logs.String(), "the sandbox's connects recorded in the kernel") {
 		testenv.Unavailable(t, "the sandbox's connects are not recorded here: %s", logs.String())
 	}
@@ -72,21 +70,29 @@ func TestSandboxIdentityUsesRecords(t *testing.T) {
 		t.Fatalf("resolve %s -> %s: %v", remote, local, err)
 	}
 	var st unix.Stat_t
-	raw, _ := c.(*net.TCPConn).SyscallConn()
-	_ = raw.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) })
+	raw, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, _ := os.Executable()
+	var statErr error
+	if err := raw.Control(func(fd uintptr) { statErr = unix.Fstat(int(fd), &st) }); err != nil || statErr != nil {
+		t.Fatalf("fstat of the client socket: %v %v", err, statErr)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got.Pid != self || got.Socket != uint32(st.Ino) || got.Exe != exe || got.Holders != nil {
 		t.Fatalf("identity %+v, want pid %d, socket %d, exe %s, one holder", got, self, st.Ino, exe)
 	}
 	if src := id.Sources(); src.Records != 1 || src.SockDiag != 0 {
 		t.Fatalf("identified %+v, want the one connection from its record (the supervisor fell back to sock_diag)", src)
 	}
-	closed = true
 	closeID()
-	if !strings.Contains(logs.String(), `"from_records":1,"through_sock_diag":0,"message":"identity: connections identified"`) {
+	if !strings.Contains(logs.String(), `"records":true,"from_records":1,"through_sock_diag":0,"message":"identity: connections identified"`) {
 		t.Fatalf("the close does not say how the connections were identified:\n%s", logs.String())
 	}
 }

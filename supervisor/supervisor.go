@@ -409,10 +409,11 @@ func sandboxIdentity(diag int, px net.Listener, candidates func() ([]int, error)
 		log.Info().Err(err).Msg("identity: every connection reads every process of the sandbox")
 	}
 	return id, func() {
-		src := id.Sources()
 		_ = id.Close()
 		closeRec()
-		log.Info().Uint64("from_records", src.Records).Uint64("through_sock_diag", src.SockDiag).Msg("identity: connections identified")
+		src := id.Sources() // the boundary has stopped: every lookup is counted
+		log.Info().Bool("records", rec != nil).Uint64("from_records", src.Records).Uint64("through_sock_diag", src.SockDiag).
+			Msg("identity: connections identified")
 	}, nil
 }
 

@@ -266,10 +266,15 @@ func TestDiagFDMustBeSockDiag(t *testing.T) {
 	if err := unix.Pipe2(p, unix.O_CLOEXEC); err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(p[0])
 	defer unix.Close(p[1])
 	if _, err := NewNetlink(WithDiagFD(p[0])); err == nil {
 		t.Fatal("a pipe was accepted as sock_diag socket")
+	}
+	// The refused descriptor was the resolver's to close: the pipe has no
+	// reader left.
+	if _, err := unix.Write(p[1], []byte{1}); !errors.Is(err, unix.EPIPE) {
+		_ = unix.Close(p[0])
+		t.Fatalf("write to the pipe: %v, want EPIPE (NewNetlink left the refused descriptor open)", err)
 	}
 }
 

@@ -39,8 +39,8 @@ type config struct {
 
 // WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
 // example one created inside a sandbox's network namespace) instead of
-// creating one in the current namespace. The resolver takes ownership of fd
-// and closes it on Close.
+// creating one in the current namespace. The resolver takes ownership of fd:
+// it closes it on Close, and NewNetlink closes it when it fails.
 func WithDiagFD(fd int) Option { return func(c *config) { c.diagFD = fd } }
 
 // WithPids restricts the candidate owners to the pids it returns, numbered
@@ -142,7 +142,9 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		err error
 	)
 	if c.diagFD >= 0 {
-		d, err = adoptDiag(c.diagFD)
+		if d, err = adoptDiag(c.diagFD); err != nil {
+			_ = unix.Close(c.diagFD) // owned from the call on (WithDiagFD)
+		}
 	} else {
 		d, err = openDiag()
 	}

@@ -58,6 +58,15 @@ func openConnectRecords(proxy net.Listener, log zerolog.Logger) *connmap.Map {
 	return rec
 }
 
+// checkIdentityMode refuses an --identity value other than netlink and
+// none.
+func checkIdentityMode(mode string) error {
+	if mode != identity.ModeNetlink && mode != identity.ModeNone {
+		return fmt.Errorf("--identity %q: want %s or %s", mode, identity.ModeNetlink, identity.ModeNone)
+	}
+	return nil
+}
+
 func newBoundaryCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "boundary", Short: "The egress boundary (HTTP proxy + DNS) on its own"}
 	cmd.AddCommand(newBoundaryServeCmd())
@@ -150,8 +159,8 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	if o.records != recordsAuto && o.records != recordsOff {
 		return &exitError{exitUsage, fmt.Errorf("--connect-records %q: want %s or %s", o.records, recordsAuto, recordsOff)}
 	}
-	if o.identityMode != identity.ModeNetlink && o.identityMode != identity.ModeNone {
-		return &exitError{exitUsage, fmt.Errorf("--identity %q: want %s or %s", o.identityMode, identity.ModeNetlink, identity.ModeNone)}
+	if err := checkIdentityMode(o.identityMode); err != nil {
+		return &exitError{exitUsage, err}
 	}
 
 	if o.cpuProfile != "" {
@@ -236,7 +245,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		resolver = identity.None{}
 		log.Warn().Msg("identity none: endpoint-only matching, policy binaries are ignored")
 	default: // checked with the other flags, before any listener opened
-		return &exitError{exitUsage, fmt.Errorf("--identity %q: want %s or %s", o.identityMode, identity.ModeNetlink, identity.ModeNone)}
+		return &exitError{exitUsage, checkIdentityMode(o.identityMode)}
 	}
 
 	cfg.Identity = resolver

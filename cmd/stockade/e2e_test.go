@@ -184,10 +184,10 @@ func TestServeConnectRecords(t *testing.T) {
 	f := newFixture(t)
 	url := fmt.Sprintf("http://api.test:%d/", f.webPort)
 	for _, tc := range []struct {
-		flag, want, not, source string
+		flag, want, not, source, other string
 	}{
-		{"auto", "connects recorded in the kernel", "connects are not recorded", "record"},
-		{"off", "", "connects recorded in the kernel", "sock_diag"},
+		{"auto", "connects recorded in the kernel", "connects are not recorded", "record", "sock_diag"},
+		{"off", "", "connects recorded in the kernel", "sock_diag", "record"},
 	} {
 		s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--connect-records", tc.flag, "--log-level", "debug",
 			"--metrics", "127.0.0.1:0")
@@ -200,8 +200,12 @@ func TestServeConnectRecords(t *testing.T) {
 		}
 		// The one connection was identified the way the flag says, not by
 		// a silent fall back.
-		if m := s.metrics(t); !strings.Contains(m, fmt.Sprintf(`stockade_identity_connections_total{source=%q} 1`, tc.source)) {
-			t.Fatalf("--connect-records %s: metrics do not count curl's connection as identified by %s:\n%s", tc.flag, tc.source, m)
+		m := s.metrics(t)
+		for _, line := range []string{fmt.Sprintf("stockade_identity_connections_total{source=%q} 1\n", tc.source),
+			fmt.Sprintf("stockade_identity_connections_total{source=%q} 0\n", tc.other)} {
+			if !strings.Contains(m, line) {
+				t.Fatalf("--connect-records %s: metrics lack %q (curl's one connection identified by %s):\n%s", tc.flag, line, tc.source, m)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -13,16 +14,21 @@ import (
 // are that namespace's. The thread never returns to the runtime (it exits
 // with its goroutine when the test ends), so no other goroutine runs in the
 // namespace.
-type Netns struct{ do chan func() }
+type Netns struct {
+	do   chan func()
+	quit chan struct{} // closed at the test's end
+	gone chan struct{} // closed when the namespace's goroutine has ended
+}
 
 // NewNetns enters a new network namespace, or calls Unavailable (it needs
 // root).
 func NewNetns(t testing.TB) *Netns {
 	t.Helper()
 	NeedRoot(t)
-	n := &Netns{do: make(chan func())}
+	n := &Netns{do: make(chan func()), quit: make(chan struct{}), gone: make(chan struct{})}
 	entered := make(chan error, 1)
 	go func() {
+		defer close(n.gone)
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			entered <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
@@ -33,23 +39,41 @@ func NewNetns(t testing.TB) *Netns {
 			return
 		}
 		entered <- nil
-		for f := range n.do {
-			f()
+		for {
+			select {
+			case f := <-n.do:
+				f()
+			case <-n.quit:
+				return
+			}
 		}
 	}()
 	if err := <-entered; err != nil {
 		Unavailable(t, "a network namespace: %v", err)
 	}
-	t.Cleanup(func() { close(n.do) })
+	t.Cleanup(func() { close(n.quit) })
 	return n
 }
 
-// Run calls f on the namespace's thread and returns its error.
+// Run calls f on the namespace's thread and returns its error. f must not
+// call t.FailNow (or Fatal, Skip): that would end the namespace's
+// goroutine; Run then returns an error, as it does after the test's end.
 func (n *Netns) Run(f func() error) error {
 	done := make(chan error, 1)
-	n.do <- func() { done <- f() }
-	return <-done
+	select {
+	case n.do <- func() { done <- f() }:
+	case <-n.gone:
+		return errNetnsGone
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-n.gone:
+		return errNetnsGone
+	}
 }
+
+var errNetnsGone = errors.New("testenv: the network namespace's thread has ended (the test ended, or a function given to Run called t.FailNow)")
 
 // loopbackUp sets the namespace's lo up (a new namespace's is down).
 func loopbackUp() error {

@@ -90,13 +90,13 @@ func OnlyNetns(cookie uint64) Option { return func(o *options) { o.netns = cooki
 // them) then cost one comparison instead of a map update.
 func OnlyPort(port uint16) Option { return func(o *options) { o.port = port } }
 
-// PortOf returns the TCP port of a listener's address, for OnlyPort.
+// PortOf returns the port of a TCP listener's address, for OnlyPort.
 func PortOf(addr net.Addr) (uint16, error) {
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return 0, fmt.Errorf("connmap: listener address %s: %w", addr, err)
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok || ta.Port <= 0 || ta.Port > 65535 {
+		return 0, fmt.Errorf("connmap: %s address %s has no TCP port to record connects to", addr.Network(), addr)
 	}
-	return ap.Port(), nil
+	return uint16(ta.Port), nil
 }
 
 // withoutInode loads the program that does not read the socket's inode,

@@ -345,3 +345,15 @@ func TestOnlyPort(t *testing.T) {
 		})
 	}
 }
+
+// TestPortOf: the port of a TCP listener; an address without one (a unix
+// socket's) is refused with its address named.
+func TestPortOf(t *testing.T) {
+	if p, err := PortOf(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 3128}); err != nil || p != 3128 {
+		t.Fatalf("tcp 127.0.0.1:3128: %d %v", p, err)
+	}
+	_, err := PortOf(&net.UnixAddr{Name: "/run/proxy.sock", Net: "unix"})
+	if err == nil || !strings.Contains(err.Error(), "/run/proxy.sock") {
+		t.Fatalf("unix address: %v, want an error naming it", err)
+	}
+}
