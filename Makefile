@@ -66,7 +66,7 @@ test: fmt-check vet repo-check
 # run inside it through its supervisor's boundary) and reports RSS idle and
 # with 1,000 tunnels open; otherwise those rows say why they are missing.
 bench: build
-	$(GO) run ./bench/cmd/benchtable -stockade $(BIN) -duration 10s -runs 3 -fail-on-miss=false
+	$(GO) run ./bench/cmd/benchtable -stockade $(BIN) -duration 3s -runs 10 -fail-on-miss=false
 
 # The soak (not in CI): 16 clients through `boundary serve` for SOAK
 # (default 10m), its RSS sampled every 10 s; exit 1 when it grows (the last

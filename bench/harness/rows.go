@@ -587,7 +587,7 @@ func (h *harness) goBenchRows(ctx context.Context, pkg string) []Row {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	out, err := runCmd(ctx, h.cfg.RepoDir, h.tools.Path["go"], "test", "-run", "^$", "-bench", ".", "-skip", skipBenches,
-		"-benchtime", h.cfg.BenchTime, "-count", strconv.Itoa(h.cfg.Runs), "-timeout", "15m", pkg)
+		"-benchtime", h.cfg.BenchTime, "-count", strconv.Itoa(h.cfg.BenchCount), "-timeout", "15m", pkg)
 	benches := parseGoBench(out)
 	if err != nil {
 		h.note("go test -bench %s: %s", pkg, firstLine(err.Error()))

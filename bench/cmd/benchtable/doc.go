@@ -6,7 +6,7 @@
 // with the targets and pass/miss. Run it from the module root (as root
 // for the sandbox rows; otherwise they say why they are missing):
 //
-//	go run ./bench/cmd/benchtable [-duration 10s] [-runs 3] [-quick] [-sandbox=false] [-hold 1000]
+//	go run ./bench/cmd/benchtable [-duration 3s] [-runs 10] [-bench-count 3] [-quick] [-sandbox=false] [-hold 1000]
 //
 // It exits 1 when the run fails or (unless -fail-on-miss=false) a target
 // is missed, 2 on bad flags, 0 otherwise.

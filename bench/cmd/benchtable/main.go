@@ -38,6 +38,7 @@ func run() int {
 	fs.IntVar(&cfg.DNSOutstanding, "dns-outstanding", cfg.DNSOutstanding, "dnsperf -q")
 	fs.IntVar(&cfg.DNSQPS, "dns-qps", cfg.DNSQPS, "dnsperf -Q (0: unlimited)")
 	fs.StringVar(&cfg.BenchTime, "benchtime", cfg.BenchTime, "go test -benchtime")
+	fs.IntVar(&cfg.BenchCount, "bench-count", cfg.BenchCount, "go test -count (median shown)")
 	pkgs := fs.String("bench-pkgs", strings.Join(cfg.BenchPkgs, ","), "packages whose Go benchmarks join the table (empty: none)")
 	fs.Func("stockade-arg", "extra argument for `stockade boundary serve` (repeatable)", func(v string) error {
 		cfg.StockadeArgs = append(cfg.StockadeArgs, v)
