@@ -241,11 +241,9 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 		}
 		resolver = nl
 		collectors = append(collectors, boundary.IdentitySources(nl.Sources))
-	case identity.ModeNone:
+	default: // identity.ModeNone: checkIdentityMode refused any other value with the flags
 		resolver = identity.None{}
 		log.Warn().Msg("identity none: endpoint-only matching, policy binaries are ignored")
-	default: // checked with the other flags, before any listener opened
-		return &exitError{exitUsage, checkIdentityMode(o.identityMode)}
 	}
 
 	cfg.Identity = resolver
