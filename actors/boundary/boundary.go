@@ -26,6 +26,10 @@ type Stats struct {
 	Denied    atomic.Int64 // decisions that denied (incl. identity failures)
 	Malformed atomic.Int64 // malformed proxy requests and DNS packets
 	Faults    atomic.Int64 // conn and query actors that failed
+	// ConnActors counts the conn actors spawned: each serves one connection
+	// at a time and, when one has ended, waits for the next (IdleConns).
+	ConnActors atomic.Int64
+	IdleConns  atomic.Int64 // conn actors waiting for a connection
 }
 
 // Boundary is a running boundary subtree.

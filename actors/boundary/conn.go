@@ -48,12 +48,35 @@ func (s step) String() string {
 	}
 }
 
-// relayDone is sent by a relay goroutine when its direction ends.
-type relayDone struct{ err error }
+// Messages of a conn actor.
+type (
+	// serveConn hands a conn actor its next connection, with the identity
+	// resolver's mark taken right after the accept.
+	serveConn struct {
+		conn net.Conn
+		id   uint64
+		mark identity.Mark
+	}
+	// relayDone is sent by a relay goroutine when its direction ends.
+	relayDone struct{ err error }
+)
 
-// connActor mediates one proxy connection.
+// connActor mediates one proxy connection at a time. When a connection has
+// ended (its answer given or its tunnel closed, nothing of it left running)
+// the actor forgets it entirely and waits in its proxy actor's idle stack
+// for the next one: a spawn and a stop per connection were a third of the
+// actor runtime's cost per tunnel. A failure stops the actor (its
+// supervisor's directive) with the connection it had, and a stopped actor
+// is never handed another.
 type connActor struct {
-	b        *Boundary
+	b    *Boundary
+	idle *idleConns
+	connState
+}
+
+// connState is everything a conn actor knows of its connection; it is
+// zeroed when the connection ends, so nothing carries over to the next.
+type connState struct {
 	conn     net.Conn
 	id       uint64
 	mark     identity.Mark // the resolver's mark, taken right after the accept
@@ -68,30 +91,50 @@ type connActor struct {
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
-	case *actor.Started:
+	switch m := ctx.Message().(type) {
+	case *serveConn:
+		a.connState = connState{conn: m.conn, id: m.id, mark: m.mark}
 		a.serve(ctx)
-		// Not deferred: after a panic the supervisor stops this actor, and a
-		// second stop would only make a dead letter.
+		// Not deferred: after a panic the supervisor stops this actor, whose
+		// Stopping ends the connection.
 		if a.relays == 0 {
-			ctx.Stop(ctx.Self())
+			a.done(ctx)
 		}
 	case *relayDone:
 		a.relays--
 		if a.relays <= 0 {
-			ctx.Stop(ctx.Self())
+			a.done(ctx)
 		}
 	case *actor.Stopping:
-		a.cleanup()
-		a.b.live.remove(a.conn)
-		a.tellEnded()
-		// With no relay goroutine left nothing reads the request (a
-		// tunnel's client direction ran on this actor, now returned or
-		// failed): its reader goes back to the boundary's Readers.
-		if a.relays <= 0 {
-			a.req.Release()
-			a.req = nil
+		if a.conn != nil {
+			a.end()
 		}
+	}
+}
+
+// done ends the connection and offers the actor for the next one, or stops
+// it when enough others wait. The offer is the last thing done: from then
+// on the proxy actor may send the next connection.
+func (a *connActor) done(ctx actor.Context) {
+	a.end()
+	a.connState = connState{}
+	if !a.idle.push(ctx.Self()) {
+		ctx.Stop(ctx.Self())
+	}
+}
+
+// end answers a client left without one, closes both sockets and lets go
+// of the connection's resources.
+func (a *connActor) end() {
+	a.cleanup()
+	a.b.live.remove(a.conn)
+	a.tellEnded()
+	// With no relay goroutine left nothing reads the request (a tunnel's
+	// client direction ran on this actor, now returned or failed): its
+	// reader goes back to the boundary's Readers.
+	if a.relays <= 0 && a.req != nil {
+		a.req.Release()
+		a.req = nil
 	}
 }
 

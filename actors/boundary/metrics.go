@@ -6,12 +6,16 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity"
 )
 
-var statsDesc = prometheus.NewDesc("stockade_boundary_events_total",
-	"Boundary events: conns and queries received, decisions allowed and denied, malformed requests, failed leaf actors.",
-	[]string{"event"}, nil)
+var (
+	statsDesc = prometheus.NewDesc("stockade_boundary_events_total",
+		"Boundary events: conns and queries received, decisions allowed and denied, malformed requests, failed leaf actors, conn actors spawned.",
+		[]string{"event"}, nil)
+	idleDesc = prometheus.NewDesc("stockade_boundary_idle_conn_actors",
+		"Conn actors waiting for their next connection.", nil, nil)
+)
 
 // Describe implements prometheus.Collector.
-func (s *Stats) Describe(ch chan<- *prometheus.Desc) { ch <- statsDesc }
+func (s *Stats) Describe(ch chan<- *prometheus.Desc) { ch <- statsDesc; ch <- idleDesc }
 
 // Collect implements prometheus.Collector.
 func (s *Stats) Collect(ch chan<- prometheus.Metric) {
@@ -21,9 +25,11 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 	}{
 		{"conn", s.Conns.Load()}, {"query", s.Queries.Load()}, {"allowed", s.Allowed.Load()},
 		{"denied", s.Denied.Load()}, {"malformed", s.Malformed.Load()}, {"fault", s.Faults.Load()},
+		{"conn_actor", s.ConnActors.Load()},
 	} {
 		ch <- prometheus.MustNewConstMetric(statsDesc, prometheus.CounterValue, float64(e.v), e.name)
 	}
+	ch <- prometheus.MustNewConstMetric(idleDesc, prometheus.GaugeValue, float64(s.IdleConns.Load()))
 }
 
 var identityDesc = prometheus.NewDesc("stockade_identity_connections_total",
