@@ -114,7 +114,7 @@ func (a *connActor) Receive(ctx actor.Context) {
 
 // done ends the connection and offers the actor for the next one, or stops
 // it when enough others wait. The offer is the last thing done: from then
-// on the proxy actor may send the next connection.
+// on the accept loop may hand it the next connection.
 func (a *connActor) done(ctx actor.Context) {
 	a.end()
 	a.connState = connState{}

@@ -9,33 +9,38 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/chaos/fault"
 )
 
 // Messages of the proxy actor.
 type (
-	// accepted carries a new client connection to the proxy actor, with
-	// the identity resolver's mark taken right after the accept.
-	accepted struct {
+	// spawnFor asks the proxy actor for a new conn actor to serve job: no
+	// idle one waited when the connection was accepted.
+	spawnFor struct{ job *serveConn }
+	// overLimit hands the proxy actor a connection over MaxConns, to be
+	// refused (it may block for a bounded write; the accept loop must not).
+	overLimit struct{ conn net.Conn }
+	// listenFault makes the proxy actor fail with the injected fault of an
+	// accepted connection (chaos): its supervisor restarts it.
+	listenFault struct {
 		conn net.Conn
-		mark identity.Mark
+		err  error
 	}
 	// acceptFailed ends the proxy actor: its supervisor restarts it.
 	acceptFailed struct{ err error }
 )
 
-// proxyActor owns the accept loop of the HTTP proxy listener and hands
-// each connection to a conn actor of its own: an idle one that served an
-// earlier connection to its end, or a new one. Its supervisor strategy (set
+// proxyActor owns the accept loop of the HTTP proxy listener. The loop
+// hands each connection to a conn actor of the proxy actor's: an idle one
+// that served an earlier connection to its end, straight from the accept
+// loop, or a new one the proxy actor spawns. Its supervisor strategy (set
 // by the boundary) stops a failing conn actor and nothing else; a stopped
 // conn actor is never handed another connection.
 type proxyActor struct {
 	b       *Boundary
 	loop    *acceptLoop
 	idle    *idleConns
-	next    uint64 // connections accepted
 	spawned uint64 // conn actors spawned (their N in conn/N)
 }
 
@@ -46,28 +51,11 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
 			panic(fmt.Errorf("proxy listener: %w", err))
 		}
-		send := sendTo(ctx.ActorSystem(), ctx.Self())
-		a.loop = startAcceptLoop(a.b.cfg.Proxy,
-			func(c net.Conn) { send(&accepted{conn: c, mark: a.b.mark()}) },
-			func(err error) { send(&acceptFailed{err: err}) })
+		h := &handOff{b: a.b, idle: a.idle, sys: ctx.ActorSystem(), self: ctx.Self()}
+		a.loop = startAcceptLoop(a.b.cfg.Proxy, h.accepted,
+			func(err error) { h.sys.Root.Send(h.self, &acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
-	case *accepted:
-		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
-			_ = m.conn.Close()
-			panic(fmt.Errorf("proxy listener: %w", err))
-		}
-		a.b.stats.Conns.Add(1)
-		if a.b.live.len()+a.b.streams.len() >= a.b.cfg.MaxConns {
-			a.b.overLimit(m.conn, proxy.WriteOverLimit)
-			return
-		}
-		a.next++
-		a.b.live.add(m.conn)
-		job := &serveConn{conn: m.conn, id: a.next, mark: m.mark}
-		if pid := a.idle.pop(); pid != nil {
-			ctx.Send(pid, job)
-			return
-		}
+	case *spawnFor:
 		a.spawned++
 		a.b.stats.ConnActors.Add(1)
 		b, idle := a.b, a.idle
@@ -75,14 +63,21 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 			"conn/"+strconv.FormatUint(a.spawned, 10))
 		if err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")
-			a.b.live.remove(m.conn)
-			_ = m.conn.Close()
+			a.b.live.remove(m.job.conn)
+			_ = m.job.conn.Close()
 			return
 		}
-		ctx.Send(pid, job)
+		ctx.Send(pid, m.job)
+	case *overLimit:
+		a.b.overLimit(m.conn, proxy.WriteOverLimit)
+	case *listenFault:
+		_ = m.conn.Close()
+		panic(fmt.Errorf("proxy listener: %w", m.err))
 	case *acceptFailed:
 		panic(fmt.Errorf("proxy listener failed: %w", m.err))
 	case *actor.Restarting, *actor.Stopping:
+		// The loop first: once it has returned, every connection it handed
+		// over is in live, and closed below.
 		if a.loop != nil {
 			a.loop.stop()
 			a.loop = nil
@@ -99,6 +94,42 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 	}
 }
 
+// handOff is what the accept loop of one proxy actor incarnation does with
+// each connection, on the loop's goroutine: count it, take the identity
+// resolver's mark, and give it to an idle conn actor directly (no message
+// through the proxy actor: a mailbox run and a goroutine wake-up less per
+// tunnel). The proxy actor gets it only to spawn a conn actor, to refuse it
+// over the limit, or to fail with an injected fault.
+type handOff struct {
+	b    *Boundary
+	idle *idleConns
+	sys  *actor.ActorSystem
+	self *actor.PID
+	next uint64 // connections handed over; only the loop's goroutine counts
+}
+
+func (h *handOff) accepted(c net.Conn) {
+	b := h.b
+	mark := b.mark()
+	b.stats.Conns.Add(1)
+	if err := b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
+		h.sys.Root.Send(h.self, &listenFault{conn: c, err: err})
+		return
+	}
+	if b.live.len()+b.streams.len() >= b.cfg.MaxConns {
+		h.sys.Root.Send(h.self, &overLimit{conn: c})
+		return
+	}
+	h.next++
+	b.live.add(c)
+	job := &serveConn{conn: c, id: h.next, mark: mark}
+	if pid := h.idle.pop(); pid != nil {
+		h.sys.Root.Send(pid, job)
+		return
+	}
+	h.sys.Root.Send(h.self, &spawnFor{job: job})
+}
+
 // maxIdleConns bounds the conn actors kept waiting for a connection: one
 // finishing while as many wait stops instead (a burst's actors do not all
 // stay). An idle conn actor holds no goroutine, only its context and
@@ -106,7 +137,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 const maxIdleConns = 256
 
 // idleConns is the stack of conn actors that served a connection to its end
-// and wait for the next. The proxy actor pops, a conn actor pushes itself as
+// and wait for the next. The accept loop pops, a conn actor pushes itself as
 // the last thing it does for a connection; the most recently used comes
 // first (its worker's stack and caches are the warmest). A conn actor that
 // failed never pushes itself: its supervisor stops it.
