@@ -143,6 +143,10 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 // PID is the boundary actor.
 func (b *Boundary) PID() *actor.PID { return b.pid }
 
+// OpenConns returns the mediated connections open now (proxy clients and
+// DNS-over-TCP streams), what Config.MaxConns caps.
+func (b *Boundary) OpenConns() int { return b.live.len() + b.streams.len() }
+
 // Stats returns the live totals.
 func (b *Boundary) Stats() *Stats { return b.stats }
 

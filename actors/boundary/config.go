@@ -20,6 +20,10 @@ import (
 // DefaultMaxConns is Config.MaxConns's default.
 const DefaultMaxConns = 1024
 
+// DefaultIdleConnActors is Config.IdleConnActors's default: an idle conn
+// actor holds no goroutine, only its context and mailbox.
+const DefaultIdleConnActors = 256
+
 // ConnectQuery is what a connection actor asks the policy.
 type ConnectQuery struct {
 	Host         string // normalised: lower-case, no trailing dot
@@ -87,6 +91,9 @@ type Config struct {
 	// a query REFUSED, both audited: a flood from the workload cannot take
 	// the descriptors the session and the relays need.
 	MaxConns int
+	// IdleConnActors caps the conn actors that wait for their next
+	// connection (default 256); one finishing past it stops.
+	IdleConnActors int
 	// OnGiveUp runs when a listener actor exhausted its restart budget
 	// (10 restarts in 10 s): the boundary can no longer serve.
 	OnGiveUp func(kind string, reason any)
@@ -116,6 +123,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.IdleConnActors <= 0 {
+		c.IdleConnActors = DefaultIdleConnActors
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second

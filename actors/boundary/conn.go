@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -71,6 +72,12 @@ type (
 type connActor struct {
 	b    *Boundary
 	idle *idleConns
+	// job is the connection handed to this actor and not yet taken up. It
+	// is set before the serveConn message is sent: protoactor drops the
+	// user messages of an actor that stops, so a connection handed to an
+	// actor stopped before it read it (its proxy actor restarting) is
+	// ended by its Stopping instead of staying open and counted forever.
+	job atomic.Pointer[serveConn]
 	connState
 }
 
@@ -93,6 +100,9 @@ type connState struct {
 func (a *connActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *serveConn:
+		if !a.job.CompareAndSwap(m, nil) {
+			return // not (or no longer) this actor's
+		}
 		a.connState = connState{conn: m.conn, id: m.id, mark: m.mark}
 		a.serve(ctx)
 		// Not deferred: after a panic the supervisor stops this actor, whose
@@ -109,6 +119,10 @@ func (a *connActor) Receive(ctx actor.Context) {
 		if a.conn != nil {
 			a.end()
 		}
+		if j := a.job.Swap(nil); j != nil {
+			a.b.live.remove(j.conn)
+			_ = j.conn.Close()
+		}
 	}
 }
 
@@ -118,7 +132,7 @@ func (a *connActor) Receive(ctx actor.Context) {
 func (a *connActor) done(ctx actor.Context) {
 	a.end()
 	a.connState = connState{}
-	if !a.idle.push(ctx.Self()) {
+	if !a.idle.push(idleConn{pid: ctx.Self(), a: a}) {
 		ctx.Stop(ctx.Self())
 	}
 }

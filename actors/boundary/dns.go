@@ -141,12 +141,13 @@ func (a *dnsActor) start(ctx actor.Context) {
 		go a.readUDP(pc, send)
 	}
 	if ln := cfg.DNSStream; ln != nil {
-		a.tcp = startAcceptLoop(ln, func(c net.Conn) {
+		a.tcp = startAcceptLoop(ln, func(c net.Conn) bool {
 			if a.b.streams.len()+a.b.live.len() >= cfg.MaxConns {
 				a.b.overLimit(c, nil)
-				return
+				return true
 			}
 			go a.readTCP(c, send)
+			return true
 		},
 			func(err error) { send(&dnsListenFailed{err: err}) })
 	}

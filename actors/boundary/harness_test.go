@@ -75,6 +75,7 @@ type envOpts struct {
 	headerTimeout time.Duration
 	auditFile     string
 	maxConns      int
+	idleActors    int // Config.IdleConnActors
 }
 
 func startEnv(t testing.TB, o envOpts) *env {
@@ -162,6 +163,7 @@ network_policies:
 		Resolver: proxy.UpstreamResolver{Up: h}, DNSUpstream: h,
 		AllowLoopback: true, Audit: sink, Injector: e.faults, Log: log,
 		Counters: supervise.NewCounters(), HeaderTimeout: o.headerTimeout, MaxConns: o.maxConns,
+		IdleConnActors: o.idleActors,
 	})
 	if err != nil {
 		t.Fatal(err)

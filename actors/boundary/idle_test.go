@@ -1,8 +1,12 @@
 package boundary
 
 import (
+	"errors"
+	"io"
+	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -13,8 +17,9 @@ import (
 func TestIdleConnsBounds(t *testing.T) {
 	var gauge atomic.Int64
 	s := newIdleConns(2, &gauge)
-	a, b, c := actor.NewPID("x", "conn/1"), actor.NewPID("x", "conn/2"), actor.NewPID("x", "conn/3")
-	if s.pop() != nil {
+	w := func(n string) idleConn { return idleConn{pid: actor.NewPID("x", "conn/"+n), a: &connActor{}} }
+	a, b, c := w("1"), w("2"), w("3")
+	if _, ok := s.pop(); ok {
 		t.Fatal("pop of an empty stack returned an actor")
 	}
 	if !s.push(a) || !s.push(b) {
@@ -26,17 +31,42 @@ func TestIdleConnsBounds(t *testing.T) {
 	if gauge.Load() != 2 {
 		t.Fatalf("gauge %d, want 2", gauge.Load())
 	}
-	if got := s.pop(); got != b {
-		t.Fatalf("pop returned %v, want the most recent (%v)", got, b)
+	if got, ok := s.pop(); !ok || got != b {
+		t.Fatalf("pop returned %v, want the most recent (%v)", got.pid, b.pid)
 	}
 	if gauge.Load() != 1 {
 		t.Fatalf("gauge %d after a pop, want 1", gauge.Load())
 	}
 	s.close()
-	if gauge.Load() != 0 || s.pop() != nil {
+	if _, ok := s.pop(); gauge.Load() != 0 || ok {
 		t.Fatalf("after close: gauge %d, an actor still handed out", gauge.Load())
 	}
 	if s.push(c) {
 		t.Fatal("push after close accepted: the proxy actor is stopping")
+	}
+}
+
+// TestHandedConnEndedByStopping: a connection handed to a conn actor that
+// stops before it reads its serveConn (protoactor drops the user messages
+// of a stopping actor) is closed and no longer counted open.
+func TestHandedConnEndedByStopping(t *testing.T) {
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	b := &Boundary{cfg: &Config{}, stats: &Stats{}, live: &connSet{m: map[net.Conn]struct{}{}}}
+	client, server := net.Pipe()
+	defer client.Close()
+	b.live.add(server)
+	c := &connActor{b: b, idle: newIdleConns(1, &b.stats.IdleConns)}
+	c.job.Store(&serveConn{conn: server, id: 1})
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))
+	if err := sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.live.len(); n != 0 {
+		t.Fatalf("%d connections still counted open after their actor stopped", n)
+	}
+	_ = client.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := client.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("the client's read after its actor stopped: %v, want EOF (closed)", err)
 	}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // acceptLoop runs Accept on ln in a goroutine, handing each connection to
-// deliver, until stop is called. Stopping does not close the listener (its
+// deliver, until stop is called or deliver returns false (the loop then
+// ends and leaves the next connections in the listener's backlog). Stopping does not close the listener (its
 // fd belongs to the boundary and survives a restart of the listener actor):
 // it sets a deadline in the past to interrupt Accept, waits, and clears it.
 type acceptLoop struct {
@@ -22,7 +23,7 @@ type acceptLoop struct {
 
 type deadliner interface{ SetDeadline(time.Time) error }
 
-func startAcceptLoop(ln net.Listener, deliver func(net.Conn), fail func(error)) *acceptLoop {
+func startAcceptLoop(ln net.Listener, deliver func(net.Conn) bool, fail func(error)) *acceptLoop {
 	l := &acceptLoop{ln: ln, done: make(chan struct{}), quit: make(chan struct{})}
 	go func() {
 		defer close(l.done)
@@ -31,7 +32,9 @@ func startAcceptLoop(ln net.Listener, deliver func(net.Conn), fail func(error)) 
 			c, err := ln.Accept()
 			if err == nil {
 				backoff = 5 * time.Millisecond
-				deliver(c)
+				if !deliver(c) {
+					return
+				}
 				continue
 			}
 			select {

@@ -47,7 +47,7 @@ type proxyActor struct {
 func (a *proxyActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.idle = newIdleConns(maxIdleConns, &a.b.stats.IdleConns)
+		a.idle = newIdleConns(a.b.cfg.IdleConnActors, &a.b.stats.IdleConns)
 		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
 			panic(fmt.Errorf("proxy listener: %w", err))
 		}
@@ -56,17 +56,19 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 			func(err error) { h.sys.Root.Send(h.self, &acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
 	case *spawnFor:
-		a.spawned++
-		a.b.stats.ConnActors.Add(1)
 		b, idle := a.b, a.idle
-		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &connActor{b: b, idle: idle} }, actor.WithDispatcher(a.b.pool)),
-			"conn/"+strconv.FormatUint(a.spawned, 10))
+		c := &connActor{b: b, idle: idle}
+		c.job.Store(m.job)
+		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(a.b.pool)),
+			"conn/"+strconv.FormatUint(a.spawned+1, 10))
 		if err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")
 			a.b.live.remove(m.job.conn)
 			_ = m.job.conn.Close()
 			return
 		}
+		a.spawned++
+		a.b.stats.ConnActors.Add(1)
 		ctx.Send(pid, m.job)
 	case *overLimit:
 		a.b.overLimit(m.conn, proxy.WriteOverLimit)
@@ -88,7 +90,9 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		}
 		// Unblock the conn actors (in a bounded read or dial, or relaying a
 		// tunnel on their worker) so they stop now: a restart stops the
-		// children too, and waits for them.
+		// children too, and waits for them. A connection handed to a conn
+		// actor that stops before reading it is ended by that actor's
+		// Stopping (connActor.job).
 		a.b.live.closeAll()
 		a.b.upstreams.closeAll()
 	}
@@ -108,75 +112,94 @@ type handOff struct {
 	next uint64 // connections handed over; only the loop's goroutine counts
 }
 
-func (h *handOff) accepted(c net.Conn) {
+// accepted hands c over; false ends the accept loop: after an injected
+// listener fault the proxy actor fails, and the connections that arrive
+// meanwhile wait in the listener's backlog for its next incarnation.
+func (h *handOff) accepted(c net.Conn) bool {
 	b := h.b
 	mark := b.mark()
 	b.stats.Conns.Add(1)
-	if err := b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
+	if err := injectOnLoop(b.cfg.Injector, fault.ProxyListen); err != nil {
 		h.sys.Root.Send(h.self, &listenFault{conn: c, err: err})
-		return
+		return false
 	}
 	if b.live.len()+b.streams.len() >= b.cfg.MaxConns {
 		h.sys.Root.Send(h.self, &overLimit{conn: c})
-		return
+		return true
 	}
 	h.next++
 	b.live.add(c)
 	job := &serveConn{conn: c, id: h.next, mark: mark}
-	if pid := h.idle.pop(); pid != nil {
-		h.sys.Root.Send(pid, job)
-		return
+	if w, ok := h.idle.pop(); ok {
+		w.a.job.Store(job)
+		h.sys.Root.Send(w.pid, job)
+		return true
 	}
 	h.sys.Root.Send(h.self, &spawnFor{job: job})
+	return true
 }
 
-// maxIdleConns bounds the conn actors kept waiting for a connection: one
-// finishing while as many wait stops instead (a burst's actors do not all
-// stay). An idle conn actor holds no goroutine, only its context and
-// mailbox.
-const maxIdleConns = 256
+// injectOnLoop runs a fault point on a goroutine of the boundary's own,
+// outside any actor: an injected panic becomes the error the proxy actor
+// then fails with (nothing would recover it there).
+func injectOnLoop(inj fault.Injector, p fault.Point) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return inj.Inject(p)
+}
 
 // idleConns is the stack of conn actors that served a connection to its end
 // and wait for the next. The accept loop pops, a conn actor pushes itself as
 // the last thing it does for a connection; the most recently used comes
 // first (its worker's stack and caches are the warmest). A conn actor that
-// failed never pushes itself: its supervisor stops it.
+// failed never pushes itself: its supervisor stops it. At most max wait: a
+// burst's actors do not all stay.
 type idleConns struct {
 	mu     sync.Mutex
-	pids   []*actor.PID
+	pids   []idleConn
 	max    int
 	closed bool
 	gauge  *atomic.Int64 // how many wait, for the metrics
+}
+
+// idleConn is a waiting conn actor: its PID to send the connection to, and
+// the actor itself, whose job slot the connection goes into first.
+type idleConn struct {
+	pid *actor.PID
+	a   *connActor
 }
 
 func newIdleConns(max int, gauge *atomic.Int64) *idleConns {
 	return &idleConns{max: max, gauge: gauge}
 }
 
-// pop takes the most recent idle conn actor, or nil when none waits.
-func (s *idleConns) pop() *actor.PID {
+// pop takes the most recent idle conn actor; false when none waits.
+func (s *idleConns) pop() (idleConn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.pids)
 	if n == 0 {
-		return nil
+		return idleConn{}, false
 	}
-	pid := s.pids[n-1]
-	s.pids[n-1] = nil
+	w := s.pids[n-1]
+	s.pids[n-1] = idleConn{}
 	s.pids = s.pids[:n-1]
 	s.gauge.Add(-1)
-	return pid
+	return w, true
 }
 
-// push offers pid for the next connection; false when the stack is full or
-// its proxy actor is stopping (the conn actor then stops).
-func (s *idleConns) push(pid *actor.PID) bool {
+// push offers a conn actor for the next connection; false when the stack
+// is full or its proxy actor is stopping (the conn actor then stops).
+func (s *idleConns) push(w idleConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || len(s.pids) >= s.max {
 		return false
 	}
-	s.pids = append(s.pids, pid)
+	s.pids = append(s.pids, w)
 	s.gauge.Add(1)
 	return true
 }
