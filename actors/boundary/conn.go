@@ -146,7 +146,7 @@ func (a *connActor) end() {
 	// With no relay goroutine left nothing reads the request (a tunnel's
 	// client direction ran on this actor, now returned or failed): its
 	// reader goes back to the boundary's Readers.
-	if a.relays <= 0 && a.req != nil {
+	if a.relays <= 0 {
 		a.req.Release()
 		a.req = nil
 	}

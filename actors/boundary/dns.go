@@ -142,7 +142,7 @@ func (a *dnsActor) start(ctx actor.Context) {
 	}
 	if ln := cfg.DNSStream; ln != nil {
 		a.tcp = startAcceptLoop(ln, func(c net.Conn) bool {
-			if a.b.streams.len()+a.b.live.len() >= cfg.MaxConns {
+			if a.b.OpenConns() >= cfg.MaxConns {
 				a.b.overLimit(c, nil)
 				return true
 			}

@@ -12,9 +12,10 @@ import (
 
 // acceptLoop runs Accept on ln in a goroutine, handing each connection to
 // deliver, until stop is called or deliver returns false (the loop then
-// ends and leaves the next connections in the listener's backlog). Stopping does not close the listener (its
-// fd belongs to the boundary and survives a restart of the listener actor):
-// it sets a deadline in the past to interrupt Accept, waits, and clears it.
+// ends and leaves the next connections in the listener's backlog).
+// Stopping does not close the listener (its fd belongs to the boundary and
+// survives a restart of the listener actor): it sets a deadline in the past
+// to interrupt Accept, waits, and clears it.
 type acceptLoop struct {
 	ln   net.Listener
 	done chan struct{}

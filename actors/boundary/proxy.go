@@ -38,10 +38,9 @@ type (
 // by the boundary) stops a failing conn actor and nothing else; a stopped
 // conn actor is never handed another connection.
 type proxyActor struct {
-	b       *Boundary
-	loop    *acceptLoop
-	idle    *idleConns
-	spawned uint64 // conn actors spawned (their N in conn/N)
+	b    *Boundary
+	loop *acceptLoop
+	idle *idleConns
 }
 
 func (a *proxyActor) Receive(ctx actor.Context) {
@@ -56,18 +55,18 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 			func(err error) { h.sys.Root.Send(h.self, &acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
 	case *spawnFor:
-		b, idle := a.b, a.idle
-		c := &connActor{b: b, idle: idle}
+		c := &connActor{b: a.b, idle: a.idle}
 		c.job.Store(m.job)
+		// conn/N: N counts the conn actors spawned, across restarts (only
+		// this actor spawns them).
 		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(a.b.pool)),
-			"conn/"+strconv.FormatUint(a.spawned+1, 10))
+			"conn/"+strconv.FormatInt(a.b.stats.ConnActors.Load()+1, 10))
 		if err != nil {
 			a.b.cfg.Log.Error().Err(err).Msg("spawn conn actor")
 			a.b.live.remove(m.job.conn)
 			_ = m.job.conn.Close()
 			return
 		}
-		a.spawned++
 		a.b.stats.ConnActors.Add(1)
 		ctx.Send(pid, m.job)
 	case *overLimit:
@@ -123,7 +122,7 @@ func (h *handOff) accepted(c net.Conn) bool {
 		h.sys.Root.Send(h.self, &listenFault{conn: c, err: err})
 		return false
 	}
-	if b.live.len()+b.streams.len() >= b.cfg.MaxConns {
+	if b.OpenConns() >= b.cfg.MaxConns {
 		h.sys.Root.Send(h.self, &overLimit{conn: c})
 		return true
 	}
@@ -158,11 +157,11 @@ func injectOnLoop(inj fault.Injector, p fault.Point) (err error) {
 // failed never pushes itself: its supervisor stops it. At most max wait: a
 // burst's actors do not all stay.
 type idleConns struct {
-	mu     sync.Mutex
-	pids   []idleConn
-	max    int
-	closed bool
-	gauge  *atomic.Int64 // how many wait, for the metrics
+	mu      sync.Mutex
+	waiting []idleConn
+	max     int
+	closed  bool
+	gauge   *atomic.Int64 // how many wait, for the metrics
 }
 
 // idleConn is a waiting conn actor: its PID to send the connection to, and
@@ -180,13 +179,13 @@ func newIdleConns(max int, gauge *atomic.Int64) *idleConns {
 func (s *idleConns) pop() (idleConn, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := len(s.pids)
+	n := len(s.waiting)
 	if n == 0 {
 		return idleConn{}, false
 	}
-	w := s.pids[n-1]
-	s.pids[n-1] = idleConn{}
-	s.pids = s.pids[:n-1]
+	w := s.waiting[n-1]
+	s.waiting[n-1] = idleConn{}
+	s.waiting = s.waiting[:n-1]
 	s.gauge.Add(-1)
 	return w, true
 }
@@ -196,10 +195,10 @@ func (s *idleConns) pop() (idleConn, bool) {
 func (s *idleConns) push(w idleConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(s.pids) >= s.max {
+	if s.closed || len(s.waiting) >= s.max {
 		return false
 	}
-	s.pids = append(s.pids, w)
+	s.waiting = append(s.waiting, w)
 	s.gauge.Add(1)
 	return true
 }
@@ -210,6 +209,6 @@ func (s *idleConns) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.gauge.Add(-int64(len(s.pids)))
-	s.pids = nil
+	s.gauge.Add(-int64(len(s.waiting)))
+	s.waiting = nil
 }
