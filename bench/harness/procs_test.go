@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // TestStopAllKillsGroup: a server's background child, which ignores
@@ -118,5 +119,37 @@ func TestDNSPeer(t *testing.T) {
 	}
 	if dm.cpu().total() <= cpu0.total() {
 		t.Fatalf("dnsmasq CPU time did not grow over %d queries", res.Completed)
+	}
+}
+
+// TestOwnSessions: a server and a short command each run in a session of
+// their own (each its own scheduling group under the kernel's autogroup,
+// as a gateway's supervisor is), not in the harness's.
+func TestOwnSessions(t *testing.T) {
+	sh := testenv.NeedTool(t, "sh", "dash")
+	mine, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &servers{dir: t.TempDir(), log: zerolog.Nop()}
+	defer s.stopAll()
+	srv, err := s.start("session", sh, "-c", "sleep 60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid, err := unix.Getsid(srv.pid()); err != nil || sid != srv.pid() || sid == mine {
+		t.Fatalf("server %d: session %d (%v), the harness's %d; want a session of its own", srv.pid(), sid, err, mine)
+	}
+	// A command's session: field 6 of its own /proc/PID/stat.
+	out, err := runCmd(context.Background(), t.TempDir(), sh, "-c", `read a b c d e sid rest < /proc/$$/stat; echo "$$ $sid"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid, sid int
+	if _, err := fmt.Sscan(string(out), &pid, &sid); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if sid != pid || sid == mine {
+		t.Fatalf("command %d: session %d, the harness's %d; want a session of its own", pid, sid, mine)
 	}
 }

@@ -689,10 +689,25 @@ func (h *harness) header() []string {
 		fmt.Sprintf("stockade boundary benchmark, %s, linux %s, %d CPUs, %s",
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(kernel)), runtime.NumCPU(),
 			strings.TrimPrefix(short(h.tools.Version["go"]), "go version ")),
-		fmt.Sprintf("medians of %d run(s) x %s each; loadgen, upstream and server share the CPUs; stockade --identity %s, audit %s",
-			h.cfg.Runs, h.cfg.Duration, h.cfg.Identity, audit),
+		fmt.Sprintf("medians of %d run(s) x %s each; loadgen, upstream and server share the CPUs, each process in a session of its own "+
+			"(autogroup %s); stockade --identity %s, audit %s",
+			h.cfg.Runs, h.cfg.Duration, autogroup(), h.cfg.Identity, audit),
 		fmt.Sprintf("peers: %s, %s; dnsperf %s -c %d -T %d -q %d -Q %s",
 			short(h.tools.Version["tinyproxy"]), short(h.tools.Version["dnsmasq"]), h.tools.Version["dnsperf"],
 			h.cfg.DNSClients, h.cfg.DNSThreads, h.cfg.DNSOutstanding, qps),
+	}
+}
+
+// autogroup says whether the kernel schedules each session as a group of
+// its own, which is what starting every process in its own session changes.
+func autogroup() string {
+	b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
+	switch v := strings.TrimSpace(string(b)); {
+	case err != nil:
+		return "not in this kernel"
+	case v == "0":
+		return "off"
+	default:
+		return "on"
 	}
 }
