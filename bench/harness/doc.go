@@ -22,8 +22,10 @@
 // the growth by SoakRule.
 //
 // It installs nothing: missing tools are reported with the Debian package
-// that provides them. Every process it starts is in its own process group
-// and is killed when Run or Soak returns, on error and on cancellation
+// that provides them. Every process it starts is in a session of its own
+// (so its own process group and, under the kernel's autogroup, its own
+// scheduling group, as a service or a gateway's supervisor is) and is
+// killed when Run or Soak returns, on error and on cancellation
 // too; the sandbox is deleted and any supervisor of the harness's own
 // gateway state dir is killed.
 package harness
