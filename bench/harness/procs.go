@@ -50,7 +50,7 @@ type servers struct {
 // group: each program is then scheduled as a service manager's service or
 // a gateway's supervisor (started with setsid) is, not in one group with
 // its load and its upstream. Measured on 2026-12-03: a `boundary serve`
-// sharing the harness's session took 1.5-2.0 involuntary switches per
+// sharing the harness's session took 1.5-2.1 involuntary switches per
 // tunnel under a load from a sandbox-like cgroup, the same binary in a
 // session of its own 3.2-3.6, as the supervisor did; the supervisor's
 // "same speed" rows compared the two placements, not the two boundaries.
