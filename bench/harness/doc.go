@@ -22,7 +22,8 @@
 // the growth by SoakRule.
 //
 // It installs nothing: missing tools are reported with the Debian package
-// that provides them. Every process it starts is in a session of its own
+// that provides them. Every server, load generator and command it starts
+// (not the version probes) is in a session of its own
 // (so its own process group and, under the kernel's autogroup, its own
 // scheduling group, as a service or a gateway's supervisor is) and is
 // killed when Run or Soak returns, on error and on cancellation

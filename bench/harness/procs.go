@@ -25,8 +25,8 @@ import (
 // stopGrace is how long a server gets between SIGTERM and SIGKILL.
 const stopGrace = 3 * time.Second
 
-// server is a long-running process started by the harness, in its own
-// process group, with stdout and stderr in a log file.
+// server is a long-running process started by the harness, in a session
+// (so a process group) of its own, with stdout and stderr in a log file.
 type server struct {
 	name string
 	cmd  *exec.Cmd
@@ -173,8 +173,8 @@ func tail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// runCmd runs a short-lived command in its own process group, killed with
-// the group when ctx ends, and returns its stdout. A non-zero exit is an
+// runCmd runs a short-lived command in a session (so a process group) of
+// its own, killed with the group when ctx ends, and returns its stdout. A non-zero exit is an
 // error carrying the tail of stderr.
 func runCmd(ctx context.Context, dir, path string, args ...string) ([]byte, error) {
 	return runCmdEnv(ctx, dir, nil, path, args...)

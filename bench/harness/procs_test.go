@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"github.com/stockade-dev/stockade/internal/testenv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TestStopAllKillsGroup: a server's background child, which ignores
@@ -140,16 +141,64 @@ func TestOwnSessions(t *testing.T) {
 	if sid, err := unix.Getsid(srv.pid()); err != nil || sid != srv.pid() || sid == mine {
 		t.Fatalf("server %d: session %d (%v), the harness's %d; want a session of its own", srv.pid(), sid, err, mine)
 	}
-	// A command's session: field 6 of its own /proc/PID/stat.
-	out, err := runCmd(context.Background(), t.TempDir(), sh, "-c", `read a b c d e sid rest < /proc/$$/stat; echo "$$ $sid"`)
+	// A command's session: the fourth field after the ")" that ends the
+	// command's name in its own /proc/PID/stat (the name may hold spaces).
+	out, err := runCmd(context.Background(), t.TempDir(), sh, "-c", `echo $$; cat /proc/$$/stat`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pid, sid int
-	if _, err := fmt.Sscan(string(out), &pid, &sid); err != nil {
-		t.Fatalf("%q: %v", out, err)
+	first, stat, _ := strings.Cut(string(out), "\n")
+	i := strings.LastIndexByte(stat, ')')
+	fields := strings.Fields(stat[i+1:])
+	if i < 0 || len(fields) < 4 {
+		t.Fatalf("unreadable stat %q", stat)
+	}
+	pid, err1 := strconv.Atoi(strings.TrimSpace(first))
+	sid, err2 := strconv.Atoi(fields[3])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("%q: %v %v", out, err1, err2)
 	}
 	if sid != pid || sid == mine {
 		t.Fatalf("command %d: session %d, the harness's %d; want a session of its own", pid, sid, mine)
+	}
+}
+
+// TestAutogroup: the header's word on autogroup follows the kernel's
+// switch and where the harness's cpu cgroup is (autogroup applies only in
+// the root one), and the rendered header carries it.
+func TestAutogroup(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	on, off := file("on", "1\n"), file("off", "0\n")
+	v1root := file("v1root", "4:memory:/x/y\n2:cpu,cpuacct:/\n0::/z\n")
+	v1sub := file("v1sub", "0::/\n1:cpu:/stockade-a\n")
+	v2root := file("v2root", "0::/\n")
+	v2sub := file("v2sub", "0::/system.slice/ci.service\n")
+	for _, c := range []struct{ enabled, cgroups, want string }{
+		{on, v1root, "on"},
+		{on, v2root, "on"},
+		{on, v1sub, "on, but the harness is in cpu cgroup /stockade-a, where it does not apply"},
+		{on, v2sub, "on, but the harness is in cpu cgroup /system.slice/ci.service, where it does not apply"},
+		{off, v1sub, "off"},
+		{filepath.Join(dir, "absent"), v1root, "not in this kernel"},
+	} {
+		if got := autogroup(c.enabled, c.cgroups); got != c.want {
+			t.Errorf("autogroup(%s, %s) = %q, want %q", filepath.Base(c.enabled), filepath.Base(c.cgroups), got, c.want)
+		}
+	}
+	if got := autogroup(on, filepath.Join(dir, "absent")); !strings.HasPrefix(got, "on; the harness's cpu cgroup unknown: ") {
+		t.Errorf("no cgroup file: %q", got)
+	}
+	if got := autogroup(dir, v1root); !strings.HasPrefix(got, "unknown: ") { // a directory: unreadable, not absent
+		t.Errorf("unreadable switch: %q", got)
+	}
+	if line := fakeHarness("").header()[1]; !strings.Contains(line, "each process in a session of its own (autogroup ") {
+		t.Errorf("header line %q does not say how processes are scheduled", line)
 	}
 }

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"runtime"
@@ -691,7 +693,7 @@ func (h *harness) header() []string {
 			strings.TrimPrefix(short(h.tools.Version["go"]), "go version ")),
 		fmt.Sprintf("medians of %d run(s) x %s each; loadgen, upstream and server share the CPUs, each process in a session of its own "+
 			"(autogroup %s); stockade --identity %s, audit %s",
-			h.cfg.Runs, h.cfg.Duration, autogroup(), h.cfg.Identity, audit),
+			h.cfg.Runs, h.cfg.Duration, autogroup("/proc/sys/kernel/sched_autogroup_enabled", "/proc/self/cgroup"), h.cfg.Identity, audit),
 		fmt.Sprintf("peers: %s, %s; dnsperf %s -c %d -T %d -q %d -Q %s",
 			short(h.tools.Version["tinyproxy"]), short(h.tools.Version["dnsmasq"]), h.tools.Version["dnsperf"],
 			h.cfg.DNSClients, h.cfg.DNSThreads, h.cfg.DNSOutstanding, qps),
@@ -699,15 +701,39 @@ func (h *harness) header() []string {
 }
 
 // autogroup says whether the kernel schedules each session as a group of
-// its own, which is what starting every process in its own session changes.
-func autogroup() string {
-	b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
+// its own, which is what starting every process in its own session
+// changes: enabled is /proc/sys/kernel/sched_autogroup_enabled, cgroups
+// /proc/self/cgroup. Autogroup applies only to tasks of the root cpu
+// cgroup, so "on" needs the harness (and what it starts) there.
+func autogroup(enabled, cgroups string) string {
+	b, err := os.ReadFile(enabled)
 	switch v := strings.TrimSpace(string(b)); {
-	case err != nil:
+	case errors.Is(err, fs.ErrNotExist):
 		return "not in this kernel"
+	case err != nil:
+		return "unknown: " + err.Error()
 	case v == "0":
 		return "off"
-	default:
-		return "on"
 	}
+	cg, err := os.ReadFile(cgroups)
+	if err != nil {
+		return "on; the harness's cpu cgroup unknown: " + err.Error()
+	}
+	// The v1 cpu controller's line ("ID:cpu,cpuacct:/path") decides where
+	// there is one, else the v2 line ("0::/path").
+	path, v1 := "", false
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case slices.Contains(strings.Split(parts[1], ","), "cpu"):
+			path, v1 = parts[2], true
+		case parts[1] == "" && !v1:
+			path = parts[2]
+		}
+	}
+	if path != "" && path != "/" {
+		return "on, but the harness is in cpu cgroup " + path + ", where it does not apply"
+	}
+	return "on"
 }
