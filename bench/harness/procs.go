@@ -174,8 +174,8 @@ func tail(path string, n int) string {
 }
 
 // runCmd runs a short-lived command in a session (so a process group) of
-// its own, killed with the group when ctx ends, and returns its stdout. A non-zero exit is an
-// error carrying the tail of stderr.
+// its own, killed with the group when ctx ends, and returns its stdout. A
+// non-zero exit is an error carrying the tail of stderr.
 func runCmd(ctx context.Context, dir, path string, args ...string) ([]byte, error) {
 	return runCmdEnv(ctx, dir, nil, path, args...)
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // tunnelStats are the medians over the runs of one system at one
@@ -715,22 +717,9 @@ func autogroup(enabled, cgroups string) string {
 	case v == "0":
 		return "off"
 	}
-	cg, err := os.ReadFile(cgroups)
+	path, err := cgroup.CPUGroupOf(cgroups)
 	if err != nil {
 		return "on; the harness's cpu cgroup unknown: " + err.Error()
-	}
-	// The v1 cpu controller's line ("ID:cpu,cpuacct:/path") decides where
-	// there is one, else the v2 line ("0::/path").
-	path, v1 := "", false
-	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		switch {
-		case len(parts) != 3:
-		case slices.Contains(strings.Split(parts[1], ","), "cpu"):
-			path, v1 = parts[2], true
-		case parts[1] == "" && !v1:
-			path = parts[2]
-		}
 	}
 	if path != "" && path != "/" {
 		return "on, but the harness is in cpu cgroup " + path + ", where it does not apply"

@@ -72,6 +72,19 @@ func newAt(root, self, name string, l Limits) (Group, error) {
 	return newV1(root, own, name, l)
 }
 
+// CPUGroupOf reads a /proc/PID/cgroup file and returns the process's cpu
+// group: the v1 cpu controller's where it has one, else its v2 group.
+func CPUGroupOf(procCgroup string) (string, error) {
+	own, err := ownGroups(procCgroup)
+	if err != nil {
+		return "", err
+	}
+	if p, ok := own["cpu"]; ok {
+		return p, nil
+	}
+	return own[""], nil
+}
+
 // ownGroups reads /proc/self/cgroup: controller -> path ("" for v2).
 func ownGroups(path string) (map[string]string, error) {
 	f, err := os.Open(path)
