@@ -50,9 +50,9 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
 			panic(fmt.Errorf("proxy listener: %w", err))
 		}
-		h := &handOff{b: a.b, idle: a.idle, sys: ctx.ActorSystem(), self: ctx.Self()}
+		h := &handOff{b: a.b, idle: a.idle, sys: ctx.ActorSystem(), toProxy: sendTo(ctx.ActorSystem(), ctx.Self())}
 		a.loop = startAcceptLoop(a.b.cfg.Proxy, h.accepted,
-			func(err error) { h.sys.Root.Send(h.self, &acceptFailed{err: err}) })
+			func(err error) { h.toProxy(&acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
 	case *spawnFor:
 		c := &connActor{b: a.b, idle: a.idle}
@@ -104,11 +104,11 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 // tunnel). The proxy actor gets it only to spawn a conn actor, to refuse it
 // over the limit, or to fail with an injected fault.
 type handOff struct {
-	b    *Boundary
-	idle *idleConns
-	sys  *actor.ActorSystem
-	self *actor.PID
-	next uint64 // connections handed over; only the loop's goroutine counts
+	b       *Boundary
+	idle    *idleConns
+	sys     *actor.ActorSystem // to send to an idle conn actor
+	toProxy func(any)          // to send to the proxy actor
+	next    uint64             // connections handed over; only the loop's goroutine counts
 }
 
 // accepted hands c over; false ends the accept loop: after an injected
@@ -119,11 +119,11 @@ func (h *handOff) accepted(c net.Conn) bool {
 	mark := b.mark()
 	b.stats.Conns.Add(1)
 	if err := injectOnLoop(b.cfg.Injector, fault.ProxyListen); err != nil {
-		h.sys.Root.Send(h.self, &listenFault{conn: c, err: err})
+		h.toProxy(&listenFault{conn: c, err: err})
 		return false
 	}
 	if b.OpenConns() >= b.cfg.MaxConns {
-		h.sys.Root.Send(h.self, &overLimit{conn: c})
+		h.toProxy(&overLimit{conn: c})
 		return true
 	}
 	h.next++
@@ -134,7 +134,7 @@ func (h *handOff) accepted(c net.Conn) bool {
 		h.sys.Root.Send(w.pid, job)
 		return true
 	}
-	h.sys.Root.Send(h.self, &spawnFor{job: job})
+	h.toProxy(&spawnFor{job: job})
 	return true
 }
 
