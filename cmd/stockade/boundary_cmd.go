@@ -27,6 +27,7 @@ import (
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/internal/procs"
+	"github.com/stockade-dev/stockade/internal/sysmon"
 	"github.com/stockade-dev/stockade/policy"
 )
 
@@ -161,6 +162,12 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	}
 	if err := checkIdentityMode(o.identityMode); err != nil {
 		return &exitError{exitUsage, err}
+	}
+	// Nothing is open yet: run again as this same process with Go's monitor
+	// thread kept out of deep sleep (internal/sysmon says why and how to
+	// opt out). Returns only when there is nothing to do or exec failed.
+	if err := sysmon.Reexec(); err != nil {
+		log.Warn().Err(err).Msg("running with Go's default monitor thread")
 	}
 
 	if o.cpuProfile != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/sysmon"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -167,6 +168,11 @@ func newSupervisorCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, logOut := newLog(cmd)
+			// The driver starts supervisors with the setting already; this
+			// covers one started by hand (internal/sysmon).
+			if err := sysmon.Reexec(); err != nil {
+				log.Warn().Err(err).Msg("running with Go's default monitor thread")
+			}
 			if err := supervisor.Run(context.Background(), specPath, log, supervisor.WithLogOut(logOut)); err != nil {
 				// A sandbox that cannot start: a status of its own, so the
 				// gateway does not retry (contract.ExitSupervisorCannotStart).

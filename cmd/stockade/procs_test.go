@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/internal/sysmon"
 	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
@@ -39,5 +42,29 @@ func TestServeScalesGoProcessors(t *testing.T) {
 	}, "serve starts the scaler")
 	if s.logHas("GOMAXPROCS is set in the environment") {
 		t.Fatalf("serve without GOMAXPROCS says it is set:\n%s", s.p.Log.String())
+	}
+}
+
+// TestServeKeepsSysmonAwake: `boundary serve` runs again as the same
+// process with Go's monitor thread kept out of deep sleep
+// (internal/sysmon), unless the operator's GODEBUG names schedtrace.
+func TestServeKeepsSysmonAwake(t *testing.T) {
+	f := newFixture(t)
+	args := []string{"--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream"}
+	environ := func(s *served) string {
+		t.Helper()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	awake := serveEnv(t, []string{"GODEBUG=gctrace=0"}, args...)
+	if want := "\x00GODEBUG=gctrace=0," + sysmon.Setting + "\x00"; !strings.Contains("\x00"+environ(awake), want) {
+		t.Fatalf("serve's environment (pid %d, the one started) lacks %q:\n%q", awake.cmd.Process.Pid, want, environ(awake))
+	}
+	optOut := serveEnv(t, []string{"GODEBUG=schedtrace=0"}, args...)
+	if env := environ(optOut); !strings.Contains("\x00"+env, "\x00GODEBUG=schedtrace=0\x00") || strings.Contains(env, sysmon.Setting) {
+		t.Fatalf("serve with GODEBUG=schedtrace=0 changed it:\n%q", env)
 	}
 }

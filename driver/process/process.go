@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/internal/sysmon"
 )
 
 // Spec is what the driver needs to start one supervisor.
@@ -57,7 +59,10 @@ func Start(s Spec) (*Handle, error) {
 	}
 	defer out.Close()
 	cmd := exec.Command(bin, s.Args...)
-	cmd.Env = append(os.Environ(), s.Env...)
+	// Every supervisor runs a boundary: Go's monitor thread kept out of
+	// deep sleep, unless the gateway's environment says otherwise
+	// (internal/sysmon).
+	cmd.Env, _ = sysmon.Env(append(os.Environ(), s.Env...))
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/sysmon"
 )
 
 func TestStartIsDetachedAndStops(t *testing.T) {
@@ -83,5 +85,49 @@ func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
 	}
 	if _, err := Adopt(0, "x"); !errors.Is(err, ErrGone) {
 		t.Fatal("pid 0 adopted")
+	}
+}
+
+// TestStartKeepsSysmonAwake: a supervisor runs a boundary, so it starts
+// with Go's monitor thread kept out of deep sleep (internal/sysmon), and a
+// gateway whose environment opted out (its own schedtrace) passes that on.
+func TestStartKeepsSysmonAwake(t *testing.T) {
+	godebugOf := func(h *Handle) string {
+		t.Helper()
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(h.Pid) + "/environ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := ""
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if g, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+				if v != "" {
+					t.Fatalf("two GODEBUG entries in the supervisor's environment: %q", b)
+				}
+				v = g
+			}
+		}
+		return v
+	}
+	start := func() *Handle {
+		t.Helper()
+		h, err := Start(Spec{Binary: "/bin/sleep", Args: []string{"30"}, LogFile: filepath.Join(t.TempDir(), "log")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = h.Stop(ctx, time.Second)
+		})
+		return h
+	}
+	t.Setenv("GODEBUG", "gctrace=0")
+	if got, want := godebugOf(start()), "gctrace=0,"+sysmon.Setting; got != want {
+		t.Fatalf("supervisor GODEBUG = %q, want %q", got, want)
+	}
+	t.Setenv("GODEBUG", "schedtrace=0")
+	if got := godebugOf(start()); got != "schedtrace=0" {
+		t.Fatalf("supervisor GODEBUG = %q, want the gateway's opt-out schedtrace=0", got)
 	}
 }
