@@ -146,7 +146,15 @@ func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
 }
 
 func runBoundary(cmd *cobra.Command, o serveOpts) error {
+	// First of all (before the signal handlers below, which an exec would
+	// drop): run again as this same process with Go's monitor thread kept
+	// out of deep sleep (internal/sysmon says why and how to opt out).
+	// Returns only when there is nothing to do or the exec failed.
+	reexecErr := sysmon.Reexec()
 	log, logOut := newLog(cmd)
+	if reexecErr != nil {
+		log.Warn().Err(reexecErr).Msg("running with Go's default monitor thread")
+	}
 	// Signals are handled from before "ready" (whoever saw the ready file
 	// may send SIGHUP or SIGTERM at once) and until every deferred close
 	// has run: a second SIGTERM or ^C during the shutdown must not end
@@ -162,12 +170,6 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	}
 	if err := checkIdentityMode(o.identityMode); err != nil {
 		return &exitError{exitUsage, err}
-	}
-	// Nothing is open yet: run again as this same process with Go's monitor
-	// thread kept out of deep sleep (internal/sysmon says why and how to
-	// opt out). Returns only when there is nothing to do or exec failed.
-	if err := sysmon.Reexec(); err != nil {
-		log.Warn().Err(err).Msg("running with Go's default monitor thread")
 	}
 
 	if o.cpuProfile != "" {

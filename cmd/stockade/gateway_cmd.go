@@ -167,11 +167,12 @@ func newSupervisorCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, logOut := newLog(cmd)
 			// The driver starts supervisors with the setting already; this
 			// covers one started by hand (internal/sysmon).
-			if err := sysmon.Reexec(); err != nil {
-				log.Warn().Err(err).Msg("running with Go's default monitor thread")
+			reexecErr := sysmon.Reexec()
+			log, logOut := newLog(cmd)
+			if reexecErr != nil {
+				log.Warn().Err(reexecErr).Msg("running with Go's default monitor thread")
 			}
 			if err := supervisor.Run(context.Background(), specPath, log, supervisor.WithLogOut(logOut)); err != nil {
 				// A sandbox that cannot start: a status of its own, so the

@@ -19,6 +19,11 @@
 // standard error: on a machine up for longer than that, one line at start
 // and one every 24.8 days after.
 //
+// With schedtrace set, the runtime also prints its detailed scheduler state
+// (a line per processor, thread and goroutine) to standard error before
+// the message of a fatal error (an unrecovered panic, a throw, SIGQUIT):
+// crash output is longer, and starts with that state.
+//
 // An operator opts out by giving GODEBUG a schedtrace of their own
 // (GODEBUG=schedtrace=0 restores Go's default); Env and Reexec leave such
 // an environment as it is.

@@ -15,22 +15,23 @@ const Setting = "schedtrace=2147483647"
 const key = "GODEBUG="
 
 // Env returns env with Setting added to its GODEBUG, and whether it added
-// it. An env whose GODEBUG already names schedtrace is returned as it is:
-// that is the operator's choice. The runtime reads the first GODEBUG entry
-// of its environment; the result has exactly one.
+// it. Where env has several GODEBUG entries the last counts, as it does
+// for os/exec, which keeps the last of duplicates (an env built as
+// append(os.Environ(), extra...)); the result has exactly one. A GODEBUG
+// that already names schedtrace is kept as it is: the operator's choice.
 func Env(env []string) ([]string, bool) {
-	value, found := "", false
+	value := ""
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, key); ok {
-			value, found = v, true
-			break
+			value = v
 		}
 	}
-	if found && names(value, "schedtrace") {
-		return env, false
-	}
-	if value != "" {
-		value += ","
+	changed := !names(value, "schedtrace")
+	if changed {
+		if value != "" {
+			value += ","
+		}
+		value += Setting
 	}
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
@@ -38,13 +39,17 @@ func Env(env []string) ([]string, bool) {
 			out = append(out, kv)
 		}
 	}
-	return append(out, key+value+Setting), true
+	if value != "" {
+		out = append(out, key+value)
+	}
+	return out, changed
 }
 
-// names reports whether a GODEBUG value sets name.
+// names reports whether a GODEBUG value sets name. Like the runtime's own
+// parser it takes each comma-separated field as it is (no trimming).
 func names(godebug, name string) bool {
 	for _, field := range strings.Split(godebug, ",") {
-		if k, _, ok := strings.Cut(strings.TrimSpace(field), "="); ok && k == name {
+		if k, _, ok := strings.Cut(field, "="); ok && k == name {
 			return true
 		}
 	}
@@ -56,17 +61,34 @@ func names(godebug, name string) bool {
 // environment has it already or names schedtrace itself; then it returns
 // nil at once. It returns only when there is nothing to do or the exec
 // failed; the caller goes on either way (the setting is about speed).
-// Call it before the process has started anything that an exec would cut
-// short: listeners, child processes, open files meant to be flushed.
+// Call it first, before signal handlers, listeners, child processes or
+// anything an exec would drop or cut short.
 func Reexec() error {
 	env, changed := Env(os.Environ())
 	if !changed {
 		return nil
 	}
-	// /proc/self/exe is this process's binary even when its path has been
-	// replaced or removed since it started (an upgrade in place).
-	if err := syscall.Exec("/proc/self/exe", os.Args, env); err != nil {
+	if err := syscall.Exec(binary(), os.Args, env); err != nil {
 		return fmt.Errorf("sysmon: re-exec with GODEBUG=%s: %w", Setting, err)
 	}
 	return nil // not reached
+}
+
+// binary is the path to exec this process's own binary through: its path
+// when that still names the same file, so the process keeps its name
+// (the kernel names a process after the file it execs), else
+// /proc/self/exe, which is the running binary even when its path has been
+// replaced or removed since it started (an upgrade in place).
+func binary() string {
+	const self = "/proc/self/exe"
+	exe, err := os.Executable()
+	if err != nil {
+		return self
+	}
+	a, errA := os.Stat(exe)
+	b, errB := os.Stat(self)
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
+		return self
+	}
+	return exe
 }
