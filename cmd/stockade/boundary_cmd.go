@@ -145,16 +145,23 @@ func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
 	return logx.NewOn(out, level), out
 }
 
-func runBoundary(cmd *cobra.Command, o serveOpts) error {
-	// First of all (before the signal handlers below, which an exec would
-	// drop): run again as this same process with Go's monitor thread kept
-	// out of deep sleep (internal/sysmon says why and how to opt out).
-	// Returns only when there is nothing to do or the exec failed.
-	reexecErr := sysmon.Reexec()
-	log, logOut := newLog(cmd)
-	if reexecErr != nil {
-		log.Warn().Err(reexecErr).Msg("running with Go's default monitor thread")
+// newBoundaryLog is newLog for a process that runs a boundary (`boundary
+// serve`, a supervisor); call it first of all. It first runs the process
+// again, as this same process, with Go's monitor thread kept out of deep
+// sleep (internal/sysmon says why and how to opt out), before anything an
+// exec would drop (signal handlers, files, listeners); it returns only
+// when there was nothing to do or the exec failed, which it logs.
+func newBoundaryLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
+	err := sysmon.Reexec()
+	log, out := newLog(cmd)
+	if err != nil {
+		log.Warn().Err(err).Msg("running with Go's default monitor thread")
 	}
+	return log, out
+}
+
+func runBoundary(cmd *cobra.Command, o serveOpts) error {
+	log, logOut := newBoundaryLog(cmd)
 	// Signals are handled from before "ready" (whoever saw the ready file
 	// may send SIGHUP or SIGTERM at once) and until every deferred close
 	// has run: a second SIGTERM or ^C during the shutdown must not end

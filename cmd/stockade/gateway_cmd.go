@@ -18,7 +18,6 @@ import (
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
-	"github.com/stockade-dev/stockade/internal/sysmon"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -167,13 +166,7 @@ func newSupervisorCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// The driver starts supervisors with the setting already; this
-			// covers one started by hand (internal/sysmon).
-			reexecErr := sysmon.Reexec()
-			log, logOut := newLog(cmd)
-			if reexecErr != nil {
-				log.Warn().Err(reexecErr).Msg("running with Go's default monitor thread")
-			}
+			log, logOut := newBoundaryLog(cmd)
 			if err := supervisor.Run(context.Background(), specPath, log, supervisor.WithLogOut(logOut)); err != nil {
 				// A sandbox that cannot start: a status of its own, so the
 				// gateway does not retry (contract.ExitSupervisorCannotStart).

@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/stockade-dev/stockade/internal/sysmon"
 )
 
 // Spec is what the driver needs to start one supervisor.
@@ -59,10 +57,7 @@ func Start(s Spec) (*Handle, error) {
 	}
 	defer out.Close()
 	cmd := exec.Command(bin, s.Args...)
-	// Every supervisor runs a boundary: Go's monitor thread kept out of
-	// deep sleep, unless the gateway's environment says otherwise
-	// (internal/sysmon).
-	cmd.Env, _ = sysmon.Env(append(os.Environ(), s.Env...))
+	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/stockade-dev/stockade/internal/sysmon"
 )
 
 func TestStartIsDetachedAndStops(t *testing.T) {
@@ -85,59 +83,5 @@ func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
 	}
 	if _, err := Adopt(0, "x"); !errors.Is(err, ErrGone) {
 		t.Fatal("pid 0 adopted")
-	}
-}
-
-// TestStartKeepsSysmonAwake: a supervisor runs a boundary, so it starts
-// with Go's monitor thread kept out of deep sleep (internal/sysmon), and a
-// gateway whose environment opted out (its own schedtrace) passes that on.
-func TestStartKeepsSysmonAwake(t *testing.T) {
-	godebugOf := func(h *Handle) string {
-		t.Helper()
-		// Start returns once the exec has begun; the new program's
-		// environment is in place a moment later (empty until then).
-		var b []byte
-		for deadline := time.Now().Add(5 * time.Second); len(b) == 0; time.Sleep(time.Millisecond) {
-			var err error
-			if b, err = os.ReadFile("/proc/" + strconv.Itoa(h.Pid) + "/environ"); err != nil || time.Now().After(deadline) {
-				t.Fatalf("supervisor %d's environment: %q, %v", h.Pid, b, err)
-			}
-		}
-		v := ""
-		for _, kv := range strings.Split(string(b), "\x00") {
-			if g, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-				v = g
-			}
-		}
-		return v
-	}
-	start := func(env ...string) *Handle {
-		t.Helper()
-		h, err := Start(Spec{Binary: "/bin/sleep", Args: []string{"30"}, Env: env, LogFile: filepath.Join(t.TempDir(), "log")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = h.Stop(ctx, time.Second)
-		})
-		return h
-	}
-	t.Setenv("GODEBUG", "gctrace=0")
-	if got, want := godebugOf(start()), "gctrace=0,"+sysmon.Setting; got != want {
-		t.Fatalf("supervisor GODEBUG = %q, want %q", got, want)
-	}
-	// Spec.Env is added to the gateway's environment and wins over it, as
-	// os/exec has duplicates: its GODEBUG is the one extended.
-	if got, want := godebugOf(start("GODEBUG=madvdontneed=1")), "madvdontneed=1,"+sysmon.Setting; got != want {
-		t.Fatalf("supervisor GODEBUG with Spec.Env's = %q, want %q", got, want)
-	}
-	if got := godebugOf(start("GODEBUG=schedtrace=0")); got != "schedtrace=0" {
-		t.Fatalf("supervisor GODEBUG = %q, want Spec.Env's opt-out schedtrace=0", got)
-	}
-	t.Setenv("GODEBUG", "schedtrace=0")
-	if got := godebugOf(start()); got != "schedtrace=0" {
-		t.Fatalf("supervisor GODEBUG = %q, want the gateway's opt-out schedtrace=0", got)
 	}
 }

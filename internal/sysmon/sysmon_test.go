@@ -29,7 +29,7 @@ func TestEnv(t *testing.T) {
 		// to it, so it is none here either.
 		{"a spaced field is not schedtrace", []string{"GODEBUG=gctrace=1, schedtrace=1000"}, []string{"GODEBUG=gctrace=1, schedtrace=1000," + Setting}, true},
 		{"a lookalike is not schedtrace", []string{"GODEBUG=xschedtrace=1"}, []string{"GODEBUG=xschedtrace=1," + Setting}, true},
-		// os/exec keeps the last of duplicate entries (a driver's env is
+		// os/exec keeps the last of duplicate entries (an env built as
 		// append(os.Environ(), extra...)): the last counts, and the result
 		// has exactly one, so nothing later can shadow it.
 		{"the last duplicate opts out", []string{"GODEBUG=gctrace=1", "B=2", "GODEBUG=schedtrace=0"}, []string{"B=2", "GODEBUG=schedtrace=0"}, false},
