@@ -1,16 +1,19 @@
 package procs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the scaler's thresholds (see the package comment).
@@ -33,13 +36,36 @@ const (
 	// the scaler goes back to one processor.
 	HoldMin = time.Second
 	HoldMax = time.Minute
+	// UpIdle: slow waits scale up only when the CPUs the process may run
+	// on were idle at least this many CPUs' worth (a second processor has
+	// somewhere to run; without it the processors only compete with the
+	// rest of the machine for the same CPUs), averaged over the last
+	// windows (IdleWeight) so one window's dip in the load does not count.
+	UpIdle = 0.5
+	// IdleWeight is the weight of the newest window in that average.
+	IdleWeight = 0.5
+	// DownIdle: at all processors, a window where those CPUs were idle
+	// less than this many CPUs' worth, while the process used less than
+	// UpCPU of one CPU, counts as quiet (the work fits one processor and
+	// the machine has no room for more).
+	DownIdle = 0.25
 )
 
 // Sample is what one window saw: scheduling events, those that waited
-// longer than SlowWait, and the process's CPU time (user and system).
+// longer than SlowWait, the process's CPU time (user and system) and,
+// when IdleKnown, the idle time of the CPUs it may run on (summed over
+// them: two CPUs idle for a whole window are twice its length).
 type Sample struct {
 	Events, Slow uint64
 	CPU          time.Duration
+	Idle         time.Duration
+	IdleKnown    bool
+}
+
+// since is the window from an earlier total p to s.
+func (s Sample) since(p Sample) Sample {
+	return Sample{Events: s.Events - p.Events, Slow: s.Slow - p.Slow, CPU: s.CPU - p.CPU,
+		Idle: s.Idle - p.Idle, IdleKnown: s.IdleKnown && p.IdleKnown}
 }
 
 // Sampler reads the process's totals since it started; the scaler takes
@@ -55,6 +81,10 @@ type State struct {
 	Quiet time.Duration // how long the windows have been quiet at Max
 	Hold  time.Duration // how long they must be before one processor
 	Down  time.Time     // when it last went to one processor (zero: never)
+	// Idle is the idle CPUs averaged over the windows (IdleWeight), once
+	// IdleSeen.
+	Idle     float64
+	IdleSeen bool
 }
 
 // Decide returns the state after the window that just ended (its length
@@ -77,9 +107,21 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 		slow = float64(w.Slow) / float64(w.Events)
 	}
 	cpu := float64(w.CPU) / float64(length)
+	// Idle CPUs over the window and on average; unknown idle gates
+	// nothing (as before the idle was read).
+	idle := float64(w.Idle) / float64(length)
+	if w.IdleKnown {
+		if st.IdleSeen {
+			st.Idle = IdleWeight*idle + (1-IdleWeight)*st.Idle
+		} else {
+			st.Idle, st.IdleSeen = idle, true
+		}
+	}
+	spare := !w.IdleKnown || st.Idle >= UpIdle
+	crowded := w.IdleKnown && idle < DownIdle && cpu < UpCPU
 	switch {
 	case st.Procs < st.Max:
-		if slow > UpFraction || cpu > UpCPU*float64(st.Procs) {
+		if (slow > UpFraction && spare) || cpu > UpCPU*float64(st.Procs) {
 			// Back to all of them. Soon after a return to one, the quiet
 			// run needed next time doubles; after a long stay at one it
 			// starts over.
@@ -91,10 +133,10 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 			st.Procs, st.Quiet = st.Max, 0
 		}
 	default:
-		if !judged {
+		if !judged && !crowded {
 			break // too little seen to judge: the quiet run neither grows nor ends
 		}
-		if slow >= DownFraction {
+		if slow >= DownFraction && !crowded {
 			st.Quiet = 0
 			break
 		}
@@ -140,7 +182,7 @@ func WithWindow(d time.Duration) Option { return func(c *Scaler) { c.window = d 
 
 // New returns a scaler logging its changes (at debug) to log.
 func New(log zerolog.Logger, opts ...Option) *Scaler {
-	s := &Scaler{log: log, sample: runtimeSampler{}, set: runtime.GOMAXPROCS, reset: defaultProcs, window: Window, now: time.Now,
+	s := &Scaler{log: log, sample: runtimeSampler{stat: "/proc/stat"}, set: runtime.GOMAXPROCS, reset: defaultProcs, window: Window, now: time.Now,
 		tick: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
@@ -193,7 +235,7 @@ func (s *Scaler) Run(ctx context.Context) {
 			return
 		}
 		now := s.now()
-		w := Sample{Events: cur.Events - prev.Events, Slow: cur.Slow - prev.Slow, CPU: cur.CPU - prev.CPU}
+		w := cur.since(prev)
 		next := Decide(st, w, now.Sub(last), now)
 		if next.Procs != st.Procs {
 			if next.Procs == st.Max {
@@ -203,20 +245,21 @@ func (s *Scaler) Run(ctx context.Context) {
 				s.set(next.Procs)
 			}
 			s.log.Debug().Int("from", st.Procs).Int("to", next.Procs).Uint64("events", w.Events).Uint64("slow", w.Slow).
-				Dur("cpu", w.CPU).Dur("hold", next.Hold).Msg("go processors scaled")
+				Dur("cpu", w.CPU).Dur("idle", w.Idle).Bool("idle_known", w.IdleKnown).Dur("hold", next.Hold).Msg("go processors scaled")
 		}
 		st, prev, last = next, cur, now
 	}
 }
 
-// runtimeSampler reads /sched/latencies:seconds and getrusage(RUSAGE_SELF).
-type runtimeSampler struct{}
+// runtimeSampler reads /sched/latencies:seconds, getrusage(RUSAGE_SELF)
+// and the idle time of the process's CPUs in stat (/proc/stat).
+type runtimeSampler struct{ stat string }
 
 const schedLatencies = "/sched/latencies:seconds"
 
 var errNoLatencies = errors.New("procs: runtime/metrics has no " + schedLatencies + " histogram")
 
-func (runtimeSampler) Read() (Sample, error) {
+func (r runtimeSampler) Read() (Sample, error) {
 	m := []metrics.Sample{{Name: schedLatencies}}
 	metrics.Read(m)
 	if m[0].Value.Kind() != metrics.KindFloat64Histogram {
@@ -235,7 +278,42 @@ func (runtimeSampler) Read() (Sample, error) {
 		return Sample{}, fmt.Errorf("procs: getrusage: %w", err)
 	}
 	s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	// Without the idle time the scaler decides as it did before it read
+	// it (the slow waits alone).
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil {
+		if b, err := os.ReadFile(r.stat); err == nil {
+			s.Idle, s.IdleKnown = idleOf(b, &set)
+		}
+	}
 	return s, nil
+}
+
+// tick is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
+const tick = 10 * time.Millisecond
+
+// idleOf sums the idle and iowait times of stat's "cpuN" lines for the
+// CPUs in set; ok is false when no line of set was found or one did not
+// parse.
+func idleOf(stat []byte, set *unix.CPUSet) (idle time.Duration, ok bool) {
+	for line := range bytes.Lines(stat) {
+		f := bytes.Fields(line)
+		if len(f) < 6 || !bytes.HasPrefix(f[0], []byte("cpu")) || len(f[0]) == 3 {
+			continue
+		}
+		n, err := strconv.Atoi(string(f[0][3:]))
+		if err != nil || !set.IsSet(n) {
+			continue
+		}
+		idleT, err1 := strconv.ParseUint(string(f[4]), 10, 64)
+		ioT, err2 := strconv.ParseUint(string(f[5]), 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		idle += time.Duration(idleT+ioT) * tick
+		ok = true
+	}
+	return idle, ok
 }
 
 // Start runs a scaler in the background when Enabled, until the returned

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 var t0 = time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
@@ -148,6 +149,8 @@ func (f *fakeRuntime) Read() (Sample, error) {
 		f.total.Events += w.Events
 		f.total.Slow += w.Slow
 		f.total.CPU += w.CPU
+		f.total.Idle += w.Idle
+		f.total.IdleKnown = w.IdleKnown
 	}
 	total := f.total
 	f.mu.Unlock()
@@ -223,7 +226,7 @@ func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
 }
 
 func TestRuntimeSamplerReadsTheScheduler(t *testing.T) {
-	a, err := runtimeSampler{}.Read()
+	a, err := runtimeSampler{stat: "/proc/stat"}.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,12 +239,136 @@ func TestRuntimeSamplerReadsTheScheduler(t *testing.T) {
 	spin := time.Now()
 	for time.Since(spin) < 20*time.Millisecond { // CPU for getrusage to see
 	}
-	b, err := runtimeSampler{}.Read()
+	b, err := runtimeSampler{stat: "/proc/stat"}.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The runtime records a sample of the scheduling events, not each.
 	if b.Events <= a.Events || b.CPU <= a.CPU || b.Slow < a.Slow {
 		t.Fatalf("before %+v, after 200 goroutines and 20 ms of CPU %+v: want more events and CPU", a, b)
+	}
+	// /proc/stat's idle times of the CPUs this test may run on.
+	if !a.IdleKnown || !b.IdleKnown || b.Idle < a.Idle || a.Idle <= 0 {
+		t.Fatalf("idle before %s (%v), after %s (%v): want known, positive, not decreasing", a.Idle, a.IdleKnown, b.Idle, b.IdleKnown)
+	}
+	if _, err := (runtimeSampler{stat: "/nonexistent/stat"}).Read(); err != nil {
+		t.Fatalf("an unreadable stat file failed the sample (%v); it should only leave the idle unknown", err)
+	}
+	if s, _ := (runtimeSampler{stat: "/nonexistent/stat"}).Read(); s.IdleKnown {
+		t.Fatal("idle known without a stat file")
+	}
+}
+
+// idleWindow is window with the CPUs' idle time over it, in CPUs.
+func idleWindow(n uint64, slow, cpu, idle float64) Sample {
+	w := window(n, slow, cpu)
+	w.Idle, w.IdleKnown = time.Duration(idle*float64(Window)), true
+	return w
+}
+
+func TestDecideSlowWaitsScaleUpOnlyWithIdleCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    Sample
+		want int
+	}{
+		// 16 clients at one processor with the load generator and the
+		// upstream on the same two CPUs (measured: 0.21-0.29 idle).
+		{"slow waits, the machine full", idleWindow(3400, 0.35, 0.75, 0.29), 1},
+		{"slow waits, just under the idle needed", idleWindow(3400, 0.35, 0.75, UpIdle-0.01), 1},
+		{"slow waits, idle CPU for a second processor", idleWindow(3400, 0.35, 0.75, UpIdle), 2},
+		{"slow waits, idle unknown (no /proc/stat)", window(3400, 0.35, 0.75), 2},
+		{"one processor nearly all used, the machine full", idleWindow(500, 0.01, 0.95, 0), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if st := Decide(State{Procs: 1, Max: 2, Down: t0}, tc.w, Window, t0.Add(time.Hour)); st.Procs != tc.want {
+				t.Fatalf("got %d processors; want %d", st.Procs, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideCrowdedMachineGoesToOne(t *testing.T) {
+	// 64 clients at two processors, the CPUs all used (measured: 0.02-0.11
+	// idle, the process 0.71-0.78 of a CPU): slow waits stay high, yet the
+	// windows count as quiet and the hold ends at one processor.
+	crowded := idleWindow(4000, 0.45, 0.75, 0.05)
+	st, now := State{Procs: 2, Max: 2}, t0
+	steps := int(HoldMin / Window)
+	for i := 1; i <= steps; i++ {
+		now = now.Add(Window)
+		st = Decide(st, crowded, Window, now)
+		if want := map[bool]int{true: 1, false: 2}[i == steps]; st.Procs != want {
+			t.Fatalf("crowded window %d of %d: %d processors, want %d", i, steps, st.Procs, want)
+		}
+	}
+	// At one processor the same load leaves 0.2-0.3 CPUs idle: no return.
+	for i := 0; i < 20; i++ {
+		now = now.Add(Window)
+		if st = Decide(st, idleWindow(3400, 0.45, 0.73, 0.25), Window, now); st.Procs != 1 {
+			t.Fatalf("window %d at one processor with 0.25 CPUs idle went to %d", i, st.Procs)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		w    Sample
+	}{
+		{"the process needs more than one CPU", idleWindow(4000, 0.45, 1.5, 0.05)},
+		{"idle between the thresholds", idleWindow(4000, 0.45, 0.75, (UpIdle+DownIdle)/2)},
+		{"idle unknown", window(4000, 0.45, 0.75)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, now := State{Procs: 2, Max: 2}, t0
+			for i := 0; i < 4*steps; i++ {
+				now = now.Add(Window)
+				if st = Decide(st, tc.w, Window, now); st.Procs != 2 || st.Quiet != 0 {
+					t.Fatalf("window %d: procs %d quiet %s; want 2 and no quiet run", i, st.Procs, st.Quiet)
+				}
+			}
+		})
+	}
+}
+
+func TestIdleOf(t *testing.T) {
+	stat := []byte(`cpu  100 0 50 9000 30 0 5 0 0 0
+cpu0 50 0 25 4000 10 0 2 0 0 0
+cpu1 50 0 25 5000 20 0 3 0 0 0
+cpu12 1 0 1 700 1 0 0 0 0 0
+intr 12345 1 2 3
+ctxt 999
+`)
+	var set unix.CPUSet
+	set.Set(1)
+	set.Set(12)
+	if idle, ok := idleOf(stat, &set); !ok || idle != (5000+20+700+1)*tick {
+		t.Fatalf("cpus 1 and 12: %s %v; want %s", idle, ok, (5000+20+700+1)*tick)
+	}
+	set.Zero()
+	set.Set(3)
+	if _, ok := idleOf(stat, &set); ok {
+		t.Fatal("a CPU without a line: want not ok")
+	}
+	set.Set(0)
+	if _, ok := idleOf([]byte("cpu0 1 2 3 x 5 6\n"), &set); ok {
+		t.Fatal("an idle field that is not a number: want not ok")
+	}
+}
+
+func TestDecideIdleIsAveragedForTheUpRule(t *testing.T) {
+	// At one processor with 0.3 CPUs idle on average, one window's dip in
+	// the load (0.6 idle) does not scale up; a run of them does.
+	st := State{Procs: 1, Max: 2, Down: t0, Idle: 0.3, IdleSeen: true}
+	now := t0.Add(time.Hour)
+	now = now.Add(Window)
+	if st = Decide(st, idleWindow(3400, 0.35, 0.75, 0.6), Window, now); st.Procs != 1 {
+		t.Fatalf("one window of 0.6 idle after 0.3 on average went to %d (average %.2f)", st.Procs, st.Idle)
+	}
+	now = now.Add(Window)
+	if st = Decide(st, idleWindow(3400, 0.35, 0.75, 0.6), Window, now); st.Procs != 2 {
+		t.Fatalf("a second window of 0.6 idle left %d processors (average %.2f)", st.Procs, st.Idle)
+	}
+	// The average follows the windows at all processors too.
+	if st.Idle < UpIdle || st.Idle > 0.6 {
+		t.Fatalf("average idle %.3f after windows of 0.6 from 0.3", st.Idle)
 	}
 }
