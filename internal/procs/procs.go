@@ -54,18 +54,23 @@ const (
 // Sample is what one window saw: scheduling events, those that waited
 // longer than SlowWait, the process's CPU time (user and system) and,
 // when IdleKnown, the idle time of the CPUs it may run on (summed over
-// them: two CPUs idle for a whole window are twice its length).
+// them: two CPUs idle for a whole window are twice its length) and
+// which CPUs those were.
 type Sample struct {
 	Events, Slow uint64
 	CPU          time.Duration
 	Idle         time.Duration
 	IdleKnown    bool
+	CPUs         unix.CPUSet
 }
 
-// since is the window from an earlier total p to s.
+// since is the window from an earlier total p to s. The idle is known
+// only when both totals are over the same CPUs (an affinity or cpuset
+// change, a CPU going on- or offline, would count a CPU's idle since
+// boot, or take it away).
 func (s Sample) since(p Sample) Sample {
 	return Sample{Events: s.Events - p.Events, Slow: s.Slow - p.Slow, CPU: s.CPU - p.CPU,
-		Idle: s.Idle - p.Idle, IdleKnown: s.IdleKnown && p.IdleKnown}
+		Idle: s.Idle - p.Idle, IdleKnown: s.IdleKnown && p.IdleKnown && s.CPUs == p.CPUs, CPUs: s.CPUs}
 }
 
 // Sampler reads the process's totals since it started; the scaler takes
@@ -107,9 +112,10 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 		slow = float64(w.Slow) / float64(w.Events)
 	}
 	cpu := float64(w.CPU) / float64(length)
-	// Idle CPUs over the window and on average; unknown idle gates
-	// nothing (as before the idle was read).
-	idle := float64(w.Idle) / float64(length)
+	// Idle CPUs over the window and on average; an idle never known
+	// gates nothing (as before the idle was read), a window of unknown
+	// idle leaves the average as it was.
+	idle := min(max(float64(w.Idle)/float64(length), 0), float64(max(w.CPUs.Count(), 1)))
 	if w.IdleKnown {
 		if st.IdleSeen {
 			st.Idle = IdleWeight*idle + (1-IdleWeight)*st.Idle
@@ -117,7 +123,7 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 			st.Idle, st.IdleSeen = idle, true
 		}
 	}
-	spare := !w.IdleKnown || st.Idle >= UpIdle
+	spare := !st.IdleSeen || st.Idle >= UpIdle
 	crowded := w.IdleKnown && idle < DownIdle && cpu < UpCPU
 	switch {
 	case st.Procs < st.Max:
@@ -219,7 +225,8 @@ func (s *Scaler) Run(ctx context.Context) {
 		s.log.Warn().Err(err).Msg("go processor scaling off")
 		return
 	}
-	s.log.Debug().Int("max", all).Dur("window", s.window).Msg("go processor scaling on: between 1 and max with the load")
+	s.log.Debug().Int("max", all).Dur("window", s.window).Bool("idle_known", prev.IdleKnown).
+		Msg("go processor scaling on: between 1 and max with the load (idle_known false: slow waits scale up without the idle CPUs' gate)")
 	last := s.now()
 	ticks, stop := s.tick(s.window)
 	defer stop()
@@ -284,24 +291,28 @@ func (r runtimeSampler) Read() (Sample, error) {
 	if unix.SchedGetaffinity(0, &set) == nil {
 		if b, err := os.ReadFile(r.stat); err == nil {
 			s.Idle, s.IdleKnown = idleOf(b, &set)
+			s.CPUs = set
 		}
 	}
 	return s, nil
 }
 
-// tick is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
-const tick = 10 * time.Millisecond
+// statTick is the unit of /proc/stat's times: USER_HZ, 100 on every
+// architecture Go runs Linux on (x86, arm64, riscv64, ppc64, s390x,
+// loong64, mips).
+const statTick = 10 * time.Millisecond
 
 // idleOf sums the idle and iowait times of stat's "cpuN" lines for the
-// CPUs in set; ok is false when no line of set was found or one did not
-// parse.
+// CPUs in set (iowait is idle time: the CPU could run a thread); ok is
+// false unless every CPU of set has a line that parses.
 func idleOf(stat []byte, set *unix.CPUSet) (idle time.Duration, ok bool) {
+	seen := 0
 	for line := range bytes.Lines(stat) {
 		f := bytes.Fields(line)
-		if len(f) < 6 || !bytes.HasPrefix(f[0], []byte("cpu")) || len(f[0]) == 3 {
+		if len(f) < 6 || !bytes.HasPrefix(f[0], []byte("cpu")) {
 			continue
 		}
-		n, err := strconv.Atoi(string(f[0][3:]))
+		n, err := strconv.Atoi(string(f[0][3:])) // the aggregate "cpu" line fails here
 		if err != nil || !set.IsSet(n) {
 			continue
 		}
@@ -310,10 +321,10 @@ func idleOf(stat []byte, set *unix.CPUSet) (idle time.Duration, ok bool) {
 		if err1 != nil || err2 != nil {
 			return 0, false
 		}
-		idle += time.Duration(idleT+ioT) * tick
-		ok = true
+		idle += time.Duration(idleT+ioT) * statTick
+		seen++
 	}
-	return idle, ok
+	return idle, seen > 0 && seen == set.Count()
 }
 
 // Start runs a scaler in the background when Enabled, until the returned

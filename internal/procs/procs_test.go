@@ -187,13 +187,10 @@ func within(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
-func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
-	f := &fakeRuntime{procs: 2, cur: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
-	busy := window(3000, 0.4, 0.8)
-	for i := 0; i < int(HoldMin/Window); i++ {
-		f.windows = append(f.windows, quiet())
-	}
-	f.windows = append(f.windows, busy)
+// run starts a scaler on f's seams, feeds it n windows (calling each, if
+// not nil, after the read of window i) and ends it.
+func (f *fakeRuntime) run(t *testing.T, n int, each func(i int)) {
+	t.Helper()
 	s := New(zerolog.Nop(), WithSampler(f), WithSetter(f.set, f.reset),
 		WithClock(func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now },
 			func(time.Duration) (<-chan time.Time, func()) { return f.ticks, func() {} }))
@@ -201,7 +198,7 @@ func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	within(t, f.read, "first read, before any window")
-	for i := 0; i < int(HoldMin/Window)+1; i++ {
+	for i := range n {
 		f.mu.Lock()
 		f.now = f.now.Add(Window)
 		now := f.now
@@ -212,9 +209,22 @@ func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
 			t.Fatalf("window %d: the scaler took no tick within 10 s", i)
 		}
 		within(t, f.read, "read after a tick")
+		if each != nil {
+			each(i)
+		}
 	}
 	cancel()
 	within(t, done, "end of Run after its context ended")
+}
+
+func TestScalerAppliesDecisionsAndHandsBack(t *testing.T) {
+	f := &fakeRuntime{procs: 2, cur: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
+	busy := window(3000, 0.4, 0.8)
+	for i := 0; i < int(HoldMin/Window); i++ {
+		f.windows = append(f.windows, quiet())
+	}
+	f.windows = append(f.windows, busy)
+	f.run(t, int(HoldMin/Window)+1, nil)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// One processor after the quiet hold, the runtime's default after
@@ -248,8 +258,9 @@ func TestRuntimeSamplerReadsTheScheduler(t *testing.T) {
 		t.Fatalf("before %+v, after 200 goroutines and 20 ms of CPU %+v: want more events and CPU", a, b)
 	}
 	// /proc/stat's idle times of the CPUs this test may run on.
-	if !a.IdleKnown || !b.IdleKnown || b.Idle < a.Idle || a.Idle <= 0 {
-		t.Fatalf("idle before %s (%v), after %s (%v): want known, positive, not decreasing", a.Idle, a.IdleKnown, b.Idle, b.IdleKnown)
+	// (iowait, counted as idle, may step back a little: the kernel says so.)
+	if !a.IdleKnown || !b.IdleKnown || b.Idle+time.Second < a.Idle || a.Idle <= 0 || a.CPUs.Count() == 0 {
+		t.Fatalf("idle before %s (%v, %d CPUs), after %s (%v): want known, positive, not going back", a.Idle, a.IdleKnown, a.CPUs.Count(), b.Idle, b.IdleKnown)
 	}
 	if _, err := (runtimeSampler{stat: "/nonexistent/stat"}).Read(); err != nil {
 		t.Fatalf("an unreadable stat file failed the sample (%v); it should only leave the idle unknown", err)
@@ -340,17 +351,22 @@ ctxt 999
 	var set unix.CPUSet
 	set.Set(1)
 	set.Set(12)
-	if idle, ok := idleOf(stat, &set); !ok || idle != (5000+20+700+1)*tick {
-		t.Fatalf("cpus 1 and 12: %s %v; want %s", idle, ok, (5000+20+700+1)*tick)
+	if idle, ok := idleOf(stat, &set); !ok || idle != (5000+20+700+1)*statTick {
+		t.Fatalf("cpus 1 and 12: %s %v; want %s", idle, ok, (5000+20+700+1)*statTick)
 	}
 	set.Zero()
+	set.Set(0)
 	set.Set(3)
 	if _, ok := idleOf(stat, &set); ok {
-		t.Fatal("a CPU without a line: want not ok")
+		t.Fatal("CPU 3 of the mask has no line (offline): want not ok")
 	}
+	set.Zero()
 	set.Set(0)
 	if _, ok := idleOf([]byte("cpu0 1 2 3 x 5 6\n"), &set); ok {
 		t.Fatal("an idle field that is not a number: want not ok")
+	}
+	if _, ok := idleOf([]byte("cpu  1 2 3 4 5 6\nintr 1 2\n"), &set); ok {
+		t.Fatal("only the aggregate line: want not ok")
 	}
 }
 
@@ -370,5 +386,72 @@ func TestDecideIdleIsAveragedForTheUpRule(t *testing.T) {
 	// The average follows the windows at all processors too.
 	if st.Idle < UpIdle || st.Idle > 0.6 {
 		t.Fatalf("average idle %.3f after windows of 0.6 from 0.3", st.Idle)
+	}
+}
+
+func TestDecideUnknownWindowKeepsTheAverage(t *testing.T) {
+	// Idle seen before (0.3 on average): a window whose idle is unknown
+	// (the CPUs changed) does not open the gate.
+	st := State{Procs: 1, Max: 2, Down: t0, Idle: 0.3, IdleSeen: true}
+	if st = Decide(st, window(3400, 0.35, 0.75), Window, t0.Add(time.Hour)); st.Procs != 1 || st.Idle != 0.3 {
+		t.Fatalf("an unknown window: %d processors, average %.2f; want 1 and 0.3", st.Procs, st.Idle)
+	}
+}
+
+func TestSinceKnowsIdleOnlyOverTheSameCPUs(t *testing.T) {
+	var two, three unix.CPUSet
+	two.Set(0)
+	two.Set(1)
+	three = two
+	three.Set(2)
+	p := Sample{Events: 10, CPU: time.Second, Idle: 10 * time.Second, IdleKnown: true, CPUs: two}
+	s := Sample{Events: 30, CPU: 2 * time.Second, Idle: 11 * time.Second, IdleKnown: true, CPUs: two}
+	if w := s.since(p); !w.IdleKnown || w.Idle != time.Second || w.Events != 20 || w.CPU != time.Second || w.CPUs != two {
+		t.Fatalf("same CPUs: %+v", w)
+	}
+	s.CPUs, s.Idle = three, 500*time.Hour // a CPU come online: its idle since boot
+	if w := s.since(p); w.IdleKnown {
+		t.Fatalf("a CPU added between samples: idle %s known", w.Idle)
+	}
+	s.CPUs, s.IdleKnown = two, false
+	if w := s.since(p); w.IdleKnown {
+		t.Fatal("idle unknown now, known before: want unknown")
+	}
+	// Decide clamps a window's idle to its CPUs (two here).
+	st := Decide(State{Procs: 1, Max: 2}, Sample{Events: 1000, Slow: 10, Idle: 100 * Window, IdleKnown: true, CPUs: two}, Window, t0)
+	if st.Idle != 2 {
+		t.Fatalf("idle of 100 CPUs over two: average %.1f, want 2", st.Idle)
+	}
+}
+
+func TestScalerUsesTheIdleOfItsWindows(t *testing.T) {
+	// Through Run and since: crowded windows at two processors end at
+	// one after the hold; slow waits with 0.25 CPUs idle keep it there;
+	// windows with a whole CPU idle bring all back.
+	f := &fakeRuntime{procs: 2, cur: 2, ticks: make(chan time.Time), now: t0, read: make(chan struct{}, 64)}
+	f.total.IdleKnown = true
+	hold := int(HoldMin / Window)
+	for range hold {
+		f.windows = append(f.windows, idleWindow(4000, 0.45, 0.75, 0.05))
+	}
+	for range 8 {
+		f.windows = append(f.windows, idleWindow(3400, 0.45, 0.73, 0.25))
+	}
+	f.windows = append(f.windows, idleWindow(3400, 0.45, 0.73, 1.0), idleWindow(3400, 0.45, 0.73, 1.0))
+	var seen []string
+	f.run(t, hold+10, func(i int) {
+		if i == hold+7 { // the windows before this one are decided (the scaler took this tick)
+			f.mu.Lock()
+			seen = append(seen, f.did...)
+			f.mu.Unlock()
+		}
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fmt.Sprint(seen) != "[set 1]" {
+		t.Fatalf("after the crowded hold and the windows at 0.25 idle the scaler did %v; want [set 1]", seen)
+	}
+	if want := []string{"set 1", "reset", "reset"}; fmt.Sprint(f.did) != fmt.Sprint(want) {
+		t.Fatalf("the scaler did %v; want %v", f.did, want)
 	}
 }
