@@ -114,8 +114,9 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 	cpu := float64(w.CPU) / float64(length)
 	// Idle CPUs over the window and on average; an idle never known
 	// gates nothing (as before the idle was read), a window of unknown
-	// idle leaves the average as it was.
-	idle := min(max(float64(w.Idle)/float64(length), 0), float64(max(w.CPUs.Count(), 1)))
+	// idle leaves the average as it was. (since already refuses totals
+	// over different CPUs; iowait may step back a little, hence the 0.)
+	idle := max(float64(w.Idle)/float64(length), 0)
 	if w.IdleKnown {
 		if st.IdleSeen {
 			st.Idle = IdleWeight*idle + (1-IdleWeight)*st.Idle

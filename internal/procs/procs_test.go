@@ -417,10 +417,10 @@ func TestSinceKnowsIdleOnlyOverTheSameCPUs(t *testing.T) {
 	if w := s.since(p); w.IdleKnown {
 		t.Fatal("idle unknown now, known before: want unknown")
 	}
-	// Decide clamps a window's idle to its CPUs (two here).
-	st := Decide(State{Procs: 1, Max: 2}, Sample{Events: 1000, Slow: 10, Idle: 100 * Window, IdleKnown: true, CPUs: two}, Window, t0)
-	if st.Idle != 2 {
-		t.Fatalf("idle of 100 CPUs over two: average %.1f, want 2", st.Idle)
+	// A window whose iowait stepped back counts as no idle, not less.
+	st := Decide(State{Procs: 1, Max: 2}, Sample{Events: 1000, Slow: 10, Idle: -Window, IdleKnown: true, CPUs: two}, Window, t0)
+	if st.Idle != 0 {
+		t.Fatalf("a negative window's idle: average %.1f, want 0", st.Idle)
 	}
 }
 
