@@ -281,7 +281,7 @@ func (a *sandboxesActor) relayToOwner(ctx actor.Context, api *actor.PID, owner, 
 				if r.err == nil {
 					reply = r.res
 				} else if pending == 0 && (!retry || sent == relayAttempts || time.Since(start) >= relayTimeout-relayRetry) {
-					reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s did not answer (%v); the request may or may not have been carried out: check with get, then retry", name, owner, r.err))
+					reply = errdefs.Reply(errdefs.Unavailable("sandbox %s: its owner node %s did not answer (%w); the request may or may not have been carried out: check with get, then retry", name, owner, r.err))
 				}
 			case <-again:
 				if left := relayTimeout - time.Since(start); left > time.Second && sent < relayAttempts {

@@ -15,9 +15,9 @@ import (
 	"github.com/stockade-dev/stockade/trust"
 )
 
-// DefaultArgv is the workload of a sandbox created without a command: it
+// defaultArgv is the workload of a sandbox created without a command: it
 // idles so that exec and connect have somewhere to go.
-var defaultArgv = []string{"/bin/sh", "-c", "exec sleep infinity"}
+func defaultArgv() []string { return []string{"/bin/sh", "-c", "exec sleep infinity"} }
 
 // Props returns the props of the sandboxes actor: it re-adopts every
 // sandbox in the store when it starts and routes requests by name.
@@ -187,7 +187,7 @@ func (a *sandboxesActor) route(ctx actor.Context, name string) {
 func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 	invalid := func(format string, args ...any) { ctx.Respond(errdefs.Reply(errdefs.Invalid(format, args...))) }
 	if err := CheckName(m.Name); err != nil {
-		invalid("%v", err)
+		invalid("%w", err)
 		return
 	}
 	if _, ok := a.kids[m.Name]; ok || a.waiting[m.Name] != nil {
@@ -210,12 +210,12 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 		restart, err = lifecycle.RestartOnFailure, nil
 	}
 	if err != nil {
-		invalid("%v", err)
+		invalid("%w", err)
 		return
 	}
 	argv := m.Argv
 	if len(argv) == 0 {
-		argv = defaultArgv
+		argv = defaultArgv()
 	}
 	var asked store.Limits
 	if l := m.GetLimits(); l != nil {

@@ -87,7 +87,10 @@ func (h *harness) sandboxLimits(ctx context.Context) (cgroup.Limits, error) {
 		case err == nil && r != nil && r.Cgroup == "" && r.Note != "" && !strings.HasPrefix(r.Note, "no report"):
 			return cgroup.Limits{}, fmt.Errorf("the sandbox's limits are not enforced (%s): nothing to match", r.Note)
 		case !time.Now().Before(deadline) || ctx.Err() != nil:
-			return cgroup.Limits{}, fmt.Errorf("sandbox get reported no limits within 20 s (%v)", err)
+			if err != nil {
+				return cgroup.Limits{}, fmt.Errorf("sandbox get reported no limits within 20 s: %w", err)
+			}
+			return cgroup.Limits{}, errors.New("sandbox get reported no limits within 20 s")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -109,6 +109,10 @@ func TestReadRequest(t *testing.T) {
 			t.Errorf("%.40q: got %v %s:%d, want %v %s:%d", tc.raw, req.Kind, req.Host, req.Port, tc.kind, tc.host, tc.port)
 		}
 	}
+	// A request the HTTP parser refuses keeps the parser's error in the chain.
+	if _, err := readFrom(t, "\x16\x03\x01garbage\r\n\r\n"); errors.Unwrap(err) == nil || !strings.Contains(err.Error(), errors.Unwrap(err).Error()) {
+		t.Errorf("garbage request: err %v, want a BadRequestError wrapping the parser's error", err)
+	}
 	if _, err := readFrom(t, "CONNECT a.test:"); err == nil || errors.As(err, new(*BadRequestError)) {
 		t.Errorf("a header cut by EOF: err %v, want a plain read error (no 400 to a gone client)", err)
 	}

@@ -52,10 +52,17 @@ type Request struct {
 	rr     *reqReader // the lent reader
 }
 
-// BadRequestError is a malformed or unsupported request: answer 400.
-type BadRequestError struct{ Msg string }
+// BadRequestError is a malformed or unsupported request: answer 400. Err
+// is the parser's error when there was one.
+type BadRequestError struct {
+	Msg string
+	Err error
+}
 
 func (e *BadRequestError) Error() string { return "bad request: " + e.Msg }
+
+// Unwrap returns the parser's error, if any.
+func (e *BadRequestError) Unwrap() error { return e.Err }
 
 func badRequest(format string, args ...any) error {
 	return &BadRequestError{Msg: fmt.Sprintf(format, args...)}
@@ -249,7 +256,7 @@ func readRequest(br *bufio.Reader, lr *limitedReader) (*Request, error) {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("read request: client closed before a full header: %w", err)
 		}
-		return nil, badRequest("%v", err)
+		return nil, &BadRequestError{Msg: err.Error(), Err: err}
 	}
 	lr.limited = false
 	req := &Request{HTTP: hr, Reader: br}
