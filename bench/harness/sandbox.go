@@ -161,11 +161,11 @@ func (h *harness) startSandbox(ctx context.Context, bin string) {
 		return
 	}
 	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.SupervisorPid)); err != nil || !testworld.IsSupervisorOf(cmdline, g.state) {
-		why := fmt.Errorf("pid %d from sandbox get is not a supervisor of %s (cmdline %q)", st.SupervisorPid, g.state, cmdline)
 		if err != nil {
-			why = fmt.Errorf("pid %d from sandbox get: read its cmdline: %w", st.SupervisorPid, err)
+			fail("no supervisor", fmt.Errorf("pid %d from sandbox get: read its cmdline: %w", st.SupervisorPid, err))
+		} else {
+			fail("no supervisor", fmt.Errorf("pid %d from sandbox get is not a supervisor of %s (cmdline %q)", st.SupervisorPid, g.state, cmdline))
 		}
-		fail("no supervisor", why)
 		return
 	}
 	if err := copyFile(h.loadgen, filepath.Join(st.Workspace, filepath.Base(sandboxLoadgen)), 0o755); err != nil {
