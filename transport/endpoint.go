@@ -75,7 +75,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
 	rc := remote.Configure(host, cfg.Port,
 		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),
 			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
-		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial)))))
+		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial))),
+			grpc.WithChainStreamInterceptor(retireFailedConn)))
 	// By default one quick retry: a peer that refuses our certificate or
 	// is gone is reported (EndpointTerminatedEvent) in seconds, not after
 	// 5 x 2 s.
