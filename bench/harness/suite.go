@@ -50,7 +50,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		// Ten rounds of 3 s, not three of 10 s: the same time per system,
-		// and medians this machine's drift moves less (ARCHITECTURE.md,
+		// and medians this machine's drift moves less (docs/bench-history.md,
 		// "make bench on ... (stop 31)").
 		RepoDir: ".", Duration: 3 * time.Second, Runs: 10, Concurrency: []int{1, 16, 64},
 		Identity: "netlink", Audit: true, Binary: "/**", DNSNames: 100,

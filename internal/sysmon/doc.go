@@ -8,11 +8,11 @@
 // between connections, so each tunnel paid for a futex wake of sysmon and a
 // few of its 20 µs sleeps: on this project's 2-CPU VM, where a timer wake-up
 // costs about 30 µs, that was about a quarter of the boundary's CPU per
-// tunnel at one client and a tenth at 16 (ARCHITECTURE.md, "What stop 34
-// found and changed"). With GODEBUG schedtrace set, the runtime never lets
-// sysmon deep-sleep; an idle sysmon then backs off to one wake-up per 10 ms,
-// which is the price: about 100 wake-ups a second in an idle boundary
-// (measured at +3 ms of CPU per second on that VM).
+// tunnel at one client and a tenth at 16 (docs/bench-history.md, "What
+// stop 34 found and changed"). With GODEBUG schedtrace set, the runtime
+// never lets sysmon deep-sleep; an idle sysmon then backs off to one
+// wake-up per 10 ms, which is the price: about 100 wake-ups a second in an
+// idle boundary (measured at +3 ms of CPU per second on that VM).
 //
 // The period given, 2147483647 ms (the largest the runtime accepts, 24.8
 // days), is when the runtime prints its one-line scheduler summary to
