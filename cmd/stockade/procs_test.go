@@ -13,9 +13,10 @@ import (
 
 // TestServeScalesGoProcessors: `boundary serve` starts the processor
 // scaler (internal/procs) unless the operator set GOMAXPROCS. When it
-// moves is internal/procs's tests (at its seams) and ARCHITECTURE.md's
-// measurements: on a loaded machine the moves depend on the load of
-// everything else, so this test checks the wiring, which does not.
+// moves is internal/procs's tests (at its seams) and the measurements in
+// docs/bench-history.md (stops 27 and 35): on a loaded machine the moves
+// depend on the load of everything else, so this test checks the wiring,
+// which does not.
 func TestServeScalesGoProcessors(t *testing.T) {
 	f := newFixture(t)
 	args := []string{"--policy", f.policy, "--hosts", f.hosts, "--allow-loopback-upstream", "--log-level", "debug"}

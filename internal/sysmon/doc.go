@@ -7,7 +7,7 @@
 // idle again. A boundary that serves one connection at a time goes idle
 // between connections, so each tunnel paid for a futex wake of sysmon and a
 // few of its 20 µs sleeps: on this project's 2-CPU VM, where a timer wake-up
-// costs about 30 µs, that was about a quarter of the boundary's CPU per
+// costs about 30 µs, that was about a fifth of the boundary's CPU per
 // tunnel at one client and a tenth at 16 (docs/bench-history.md, "What
 // stop 34 found and changed"). With GODEBUG schedtrace set, the runtime
 // never lets sysmon deep-sleep; an idle sysmon then backs off to one
