@@ -264,7 +264,8 @@ func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
 		defer close(back)
 		_, _ = proxy.Pipe(client, up, nil)
 	}()
-	_, _ = proxy.Pipe(up, client, req.Reader)
+	// A bound, not a need: a tunnel whose bounds could not be set works.
+	_, _ = proxy.PipeBulk(up, client, req.Reader, func() { _ = proxy.BoundBulk(client, up) })
 	// The client has sent its last byte: most often it has closed its
 	// socket, so its fd is likely the one its next connection gets. Say so
 	// now, not when the tunnel has wound down (TestEndToldAtClientEOF): a
