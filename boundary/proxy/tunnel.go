@@ -12,14 +12,15 @@ import (
 
 // What a tunnel that carries bulk lets the kernel hold for it. The
 // client is on this machine (a sandbox's loopback or veth, a local agent):
-// a receive buffer of ClientReadBuffer (the kernel doubles it for its own
-// overhead) is a window of 2 MiB, 2 GB/s at 1 ms, and stops the kernel
-// from growing the queue of a fast client to tcp_rmem's maximum (23 MB
-// seen in one bulk tunnel whose upstream read slower than its client
-// wrote). Upstreams are remote: their windows stay the kernel's to tune,
-// and NotSentLowat bounds only what waits unsent in the send queue, never
-// what is in flight. Both are set once a direction has carried BulkAfter
-// bytes, so a short tunnel pays no system call for them.
+// a receive buffer of ClientReadBuffer (capped by net.core.rmem_max, then
+// doubled by the kernel for its own overhead) is a window of up to 2 MiB,
+// 2 GB/s at 1 ms, and stops the kernel from growing the queue of a fast
+// client to tcp_rmem's maximum (23 MB seen in one bulk tunnel whose
+// upstream read slower than its client wrote). Upstreams are remote: their
+// windows stay the kernel's to tune, and NotSentLowat bounds only what
+// waits unsent in the send queue, never what is in flight. Both are set
+// once the client's direction has carried BulkAfter bytes, so a short
+// tunnel pays no system call for them.
 const (
 	ClientReadBuffer = 1 << 20
 	NotSentLowat     = 1 << 20
