@@ -264,8 +264,7 @@ func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
 		defer close(back)
 		_, _ = proxy.Pipe(client, up, nil)
 	}()
-	// A bound, not a need: a tunnel whose bounds could not be set works.
-	_, _ = proxy.PipeBulk(up, client, req.Reader, func() { _ = proxy.BoundBulk(client, up) })
+	_, _ = proxy.PipeFromClient(up, client, req.Reader)
 	// The client has sent its last byte: most often it has closed its
 	// socket, so its fd is likely the one its next connection gets. Say so
 	// now, not when the tunnel has wound down (TestEndToldAtClientEOF): a

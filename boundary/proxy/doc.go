@@ -3,9 +3,10 @@
 // writing 400/403/502 answers with JSON bodies, checking a resolved
 // destination address against the internal-address rules of DESIGN.md, and
 // tunnelling bytes both ways with half-close (splice(2) through io.Copy on
-// TCP connections; a tunnel that has carried BulkAfter bytes gets bounded
-// kernel buffers, BoundBulk). The connection actor in actors/boundary
-// sequences these steps around the identity lookup and the policy
-// decision; its boundary lends it the request reader (Readers) and takes it
-// back when the actor stops with nothing of its own still reading.
+// TCP connections; a tunnel whose client has sent BulkAfter bytes gets
+// bounded kernel buffers, PipeFromClient). The connection actor in
+// actors/boundary sequences these steps around the identity lookup and the
+// policy decision; its boundary lends it the request reader (Readers) and
+// takes it back when the actor stops with nothing of its own still
+// reading.
 package proxy

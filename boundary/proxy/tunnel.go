@@ -27,9 +27,9 @@ const (
 	BulkAfter        = 1 << 20
 )
 
-// BoundBulk applies the bulk bounds to a tunnel: client's receive buffer,
+// boundBulk applies the bulk bounds to a tunnel: client's receive buffer,
 // upstream's unsent bytes. A connection that is not TCP is left as it is.
-func BoundBulk(client, upstream net.Conn) error {
+func boundBulk(client, upstream net.Conn) error {
 	var errs []error
 	if tc, ok := client.(*net.TCPConn); ok {
 		if err := tc.SetReadBuffer(ClientReadBuffer); err != nil {
@@ -59,45 +59,57 @@ type halfCloser interface{ CloseWrite() error }
 // written first. On TCP-to-TCP, io.Copy uses splice(2): bytes never enter
 // user space.
 func Pipe(dst, src net.Conn, pending *bufio.Reader) (int64, error) {
-	return PipeBulk(dst, src, pending, nil)
+	n, err := writePending(dst, pending)
+	if err != nil {
+		return n, err
+	}
+	m, err := io.Copy(dst, src)
+	return n + m, endPipe(dst, err)
 }
 
-// PipeBulk is Pipe that calls bulk (when not nil) once, as soon as
-// BulkAfter bytes have been copied, and then goes on copying.
-func PipeBulk(dst, src net.Conn, pending *bufio.Reader, bulk func()) (int64, error) {
-	var n int64
-	if pending != nil && pending.Buffered() > 0 {
-		buf, _ := pending.Peek(pending.Buffered())
-		m, err := dst.Write(buf)
-		n += int64(m)
-		if err != nil {
-			return n, fmt.Errorf("tunnel: write buffered bytes: %w", err)
-		}
-		_, _ = pending.Discard(m)
+// PipeFromClient is Pipe for the client's direction of a tunnel: once
+// BulkAfter bytes have gone to the upstream, it bounds the tunnel's kernel
+// buffers (boundBulk) and goes on. A client that ends sooner never has
+// them set.
+func PipeFromClient(up, client net.Conn, pending *bufio.Reader) (int64, error) {
+	n, err := writePending(up, pending)
+	if err != nil {
+		return n, err
 	}
-	var err error
-	rest := true
-	if bulk != nil && n < BulkAfter {
-		var m int64
-		m, err = io.Copy(dst, &io.LimitedReader{R: src, N: BulkAfter - n})
+	if n < BulkAfter {
+		m, err := io.Copy(up, &io.LimitedReader{R: client, N: BulkAfter - n})
 		n += m
-		switch {
-		case err != nil, n < BulkAfter: // failed, or src ended before it was bulk
-			rest = false
-		default:
-			bulk()
+		if err != nil || n < BulkAfter { // failed, or the client ended first
+			return n, endPipe(up, err)
 		}
+		_ = boundBulk(client, up) // a bound, not a need: the tunnel works without it
 	}
-	if rest {
-		var m int64
-		m, err = io.Copy(dst, src)
-		n += m
+	m, err := io.Copy(up, client)
+	return n + m, endPipe(up, err)
+}
+
+// writePending writes what pending holds to dst.
+func writePending(dst net.Conn, pending *bufio.Reader) (int64, error) {
+	if pending == nil || pending.Buffered() == 0 {
+		return 0, nil
 	}
+	buf, _ := pending.Peek(pending.Buffered())
+	m, err := dst.Write(buf)
+	if err != nil {
+		return int64(m), fmt.Errorf("tunnel: write buffered bytes: %w", err)
+	}
+	_, _ = pending.Discard(m)
+	return int64(m), nil
+}
+
+// endPipe half-closes dst and wraps a copy error (a closed connection is
+// how a tunnel is stopped, not an error).
+func endPipe(dst net.Conn, err error) error {
 	if hc, ok := dst.(halfCloser); ok {
 		_ = hc.CloseWrite()
 	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return n, fmt.Errorf("tunnel: copy: %w", err)
+		return fmt.Errorf("tunnel: copy: %w", err)
 	}
-	return n, nil
+	return nil
 }

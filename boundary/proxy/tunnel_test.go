@@ -61,12 +61,22 @@ func sockopt(t *testing.T, c *net.TCPConn, level, opt int) int {
 	return v
 }
 
-// pipeThrough copies payload (pending first) from one pair to another
-// with PipeBulk and returns what arrived and how often bulk was called.
-func pipeThrough(t *testing.T, pending string, payload []byte) (got []byte, calls int) {
+// bounds is what a tunnel's two sockets say about the bulk bounds: the
+// client socket's receive buffer and the upstream's unsent bound.
+type bounds struct{ clientRcv, upNotSent int }
+
+func boundsOf(t *testing.T, client, up *net.TCPConn) bounds {
 	t.Helper()
-	writer, src := tcpPair(t)
-	dst, reader := tcpPair(t)
+	return bounds{sockopt(t, client, unix.SOL_SOCKET, unix.SO_RCVBUF), sockopt(t, up, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT)}
+}
+
+// pipeThrough sends payload (pending first) through PipeFromClient, from
+// the boundary's client socket to its upstream socket, and returns what
+// arrived with the bounds before and after.
+func pipeThrough(t *testing.T, pending string, payload []byte) (got []byte, before, after bounds) {
+	t.Helper()
+	writer, client := tcpPair(t)
+	up, reader := tcpPair(t)
 	var pr *bufio.Reader
 	if pending != "" {
 		pr = bufio.NewReader(strings.NewReader(pending))
@@ -74,9 +84,10 @@ func pipeThrough(t *testing.T, pending string, payload []byte) (got []byte, call
 			t.Fatalf("peek: %v", err)
 		}
 	}
+	before = boundsOf(t, client, up)
 	done := make(chan error, 1)
 	go func() {
-		_, err := PipeBulk(dst, src, pr, func() { calls++ })
+		_, err := PipeFromClient(up, client, pr)
 		done <- err
 	}()
 	go func() {
@@ -88,41 +99,9 @@ func pipeThrough(t *testing.T, pending string, payload []byte) (got []byte, call
 		t.Fatalf("read: %v", err)
 	}
 	if err := <-done; err != nil {
-		t.Fatalf("PipeBulk: %v", err)
+		t.Fatalf("PipeFromClient: %v", err)
 	}
-	return got, calls
-}
-
-// TestPipeBulkCallsOnceAfterBulkAfter: a stream longer than BulkAfter
-// arrives whole, in order, and has its bounds applied exactly once; a
-// short one (pending bytes included) arrives whole and is never bounded,
-// so a short tunnel pays no system call for the bounds.
-func TestPipeBulkCallsOnceAfterBulkAfter(t *testing.T) {
-	long := make([]byte, 3*BulkAfter+12345)
-	for i := range long {
-		long[i] = byte(i * 7)
-	}
-	got, calls := pipeThrough(t, "head:", long)
-	if want := append([]byte("head:"), long...); !bytes.Equal(got, want) {
-		t.Fatalf("long stream: got %d bytes, want %d, equal=%v", len(got), len(want), bytes.Equal(got, want))
-	}
-	if calls != 1 {
-		t.Fatalf("long stream: bulk called %d times, want 1", calls)
-	}
-
-	got, calls = pipeThrough(t, "head:", []byte("short body"))
-	if string(got) != "head:short body" {
-		t.Fatalf("short stream: got %q", got)
-	}
-	if calls != 0 {
-		t.Fatalf("short stream: bulk called %d times, want 0", calls)
-	}
-
-	exact := bytes.Repeat([]byte{'x'}, BulkAfter)
-	got, calls = pipeThrough(t, "", exact)
-	if !bytes.Equal(got, exact) || calls != 1 {
-		t.Fatalf("exactly BulkAfter bytes: got %d bytes, bulk called %d times; want %d and 1", len(got), calls, BulkAfter)
-	}
+	return got, before, boundsOf(t, client, up)
 }
 
 // rmemMax is net.core.rmem_max: the kernel caps SO_RCVBUF at it.
@@ -139,32 +118,58 @@ func rmemMax(t *testing.T) int {
 	return v
 }
 
-// TestBoundBulkSetsTheBounds reads the options back from the kernel: the
-// client's receive buffer is ClientReadBuffer (capped by
-// net.core.rmem_max and doubled by the kernel), the
-// upstream's unsent bound is NotSentLowat, and the upstream's receive
-// buffer is left to the kernel's tuning.
-func TestBoundBulkSetsTheBounds(t *testing.T) {
+// TestPipeFromClientBoundsOnlyBulk reads the bounds back from the kernel.
+// A stream of BulkAfter bytes or more arrives whole and in order, and
+// leaves the client socket's receive buffer at ClientReadBuffer (capped by
+// net.core.rmem_max, doubled by the kernel) and the upstream's unsent
+// bound at NotSentLowat; a short one (pending bytes included) arrives
+// whole and leaves both as they were: a short tunnel pays no system call
+// for them.
+func TestPipeFromClientBoundsOnlyBulk(t *testing.T) {
+	bounded := bounds{2 * min(ClientReadBuffer, rmemMax(t)), NotSentLowat}
+
+	long := make([]byte, 3*BulkAfter+12345)
+	for i := range long {
+		long[i] = byte(i * 7)
+	}
+	got, before, after := pipeThrough(t, "head:", long)
+	if want := append([]byte("head:"), long...); !bytes.Equal(got, want) {
+		t.Fatalf("long stream: got %d bytes, want %d, equal=%v", len(got), len(want), bytes.Equal(got, want))
+	}
+	if before == bounded || after != bounded {
+		t.Fatalf("long stream: bounds %+v before, %+v after; want %+v after only", before, after, bounded)
+	}
+
+	got, before, after = pipeThrough(t, "head:", []byte("short body"))
+	if string(got) != "head:short body" {
+		t.Fatalf("short stream: got %q", got)
+	}
+	if after != before {
+		t.Fatalf("short stream: bounds %+v before, %+v after; want them untouched", before, after)
+	}
+
+	exact := bytes.Repeat([]byte{'x'}, BulkAfter)
+	got, _, after = pipeThrough(t, "", exact)
+	if !bytes.Equal(got, exact) || after != bounded {
+		t.Fatalf("exactly BulkAfter bytes: got %d bytes, bounds %+v; want %d and %+v", len(got), after, BulkAfter, bounded)
+	}
+}
+
+// TestBoundBulkLeavesTheRestAlone: the upstream's receive buffer stays the
+// kernel's to tune, and a connection that is not TCP is left as it is.
+func TestBoundBulkLeavesTheRestAlone(t *testing.T) {
 	client, _ := tcpPair(t)
-	upstream, _ := tcpPair(t)
-	upRcv := sockopt(t, upstream, unix.SOL_SOCKET, unix.SO_RCVBUF)
-	if err := BoundBulk(client, upstream); err != nil {
-		t.Fatalf("BoundBulk: %v", err)
+	up, _ := tcpPair(t)
+	upRcv := sockopt(t, up, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err := boundBulk(client, up); err != nil {
+		t.Fatalf("boundBulk: %v", err)
 	}
-	want := 2 * min(ClientReadBuffer, rmemMax(t))
-	if got := sockopt(t, client, unix.SOL_SOCKET, unix.SO_RCVBUF); got != want {
-		t.Fatalf("client SO_RCVBUF = %d, want %d (ClientReadBuffer, capped by net.core.rmem_max, doubled)", got, want)
-	}
-	if got := sockopt(t, upstream, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT); got != NotSentLowat {
-		t.Fatalf("upstream TCP_NOTSENT_LOWAT = %d, want %d", got, NotSentLowat)
-	}
-	if got := sockopt(t, upstream, unix.SOL_SOCKET, unix.SO_RCVBUF); got != upRcv {
+	if got := sockopt(t, up, unix.SOL_SOCKET, unix.SO_RCVBUF); got != upRcv {
 		t.Fatalf("upstream SO_RCVBUF changed: %d, was %d", got, upRcv)
 	}
-	// Not TCP: left as it is, no error.
 	a, b := net.Pipe()
 	defer func() { _ = a.Close(); _ = b.Close() }()
-	if err := BoundBulk(a, b); err != nil {
-		t.Fatalf("BoundBulk on net.Pipe: %v", err)
+	if err := boundBulk(a, b); err != nil {
+		t.Fatalf("boundBulk on net.Pipe: %v", err)
 	}
 }
