@@ -693,7 +693,8 @@ func (h *harness) header() []string {
 		fmt.Sprintf("stockade boundary benchmark, %s, linux %s, %d CPUs, %s",
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(kernel)), runtime.NumCPU(),
 			strings.TrimPrefix(short(h.tools.Version["go"]), "go version ")),
-		fmt.Sprintf("medians of %d run(s) x %s each; loadgen, upstream and server share the CPUs, each process in a session of its own "+
+		fmt.Sprintf("medians of %d run(s) x %s each, the systems in turn within a run, each run starting one system later; "+
+			"loadgen, upstream and server share the CPUs, each process in a session of its own "+
 			"(autogroup %s); stockade --identity %s, audit %s",
 			h.cfg.Runs, h.cfg.Duration, autogroup("/proc/sys/kernel/sched_autogroup_enabled", "/proc/self/cgroup"), h.cfg.Identity, audit),
 		fmt.Sprintf("peers: %s, %s; dnsperf %s -c %d -T %d -q %d -Q %s",

@@ -490,14 +490,23 @@ func tunnelKey(s *system, c int) string { return fmt.Sprintf("%s/c=%d", s.name, 
 // measure runs every measurement cfg.Runs times, interleaving the systems
 // within each run so that drift hits all of them alike. Failures are
 // recorded, not fatal.
+//
+// The lists put the systems a row compares next to each other (this VM's
+// speed moves by a quarter within seconds), and each run starts one system
+// later than the last (rotated), so that no system always follows the same
+// one or always runs first.
 func (h *harness) measure(ctx context.Context) {
 	d := h.cfg.Duration
-	proxies := []*system{h.stockade, h.sandbox, h.tinyproxy, h.direct, h.gofloor}
-	loaded := append(slices.Clone(proxies), h.serveCG, h.noID) // tunnels only
+	// Tunnels: tinyproxy's targets for serve and the sandbox; serve, the
+	// sandbox and serve with the load in a like cgroup, the same-speed rows.
+	loaded := []*system{h.tinyproxy, h.stockade, h.sandbox, h.serveCG, h.direct, h.gofloor, h.noID}
+	// Bulk: each of serve and the sandbox beside direct and tinyproxy.
+	proxies := []*system{h.stockade, h.direct, h.sandbox, h.tinyproxy, h.gofloor}
+	resolvers := []*system{h.stockade, h.dnsmasq}
 	for run := 1; run <= h.cfg.Runs && ctx.Err() == nil; run++ {
 		log := h.cfg.Log.With().Int("run", run).Logger()
 		for _, c := range h.cfg.Concurrency {
-			for _, s := range usable(loaded) {
+			for _, s := range rotated(usable(loaded), run-1) {
 				cpu0 := s.cpu()
 				res, err := h.runTunnels(ctx, s, c, d)
 				if h.failure(ctx, s, "tunnels", err) {
@@ -508,7 +517,7 @@ func (h *harness) measure(ctx context.Context) {
 					Str("p50", fmtDur(float64(res.P50Ns))).Int64("errors", res.Errors).Msg("tunnels")
 			}
 		}
-		for _, s := range usable(proxies) {
+		for _, s := range rotated(usable(proxies), run-1) {
 			var res loadgen.BulkResult
 			err := h.runLoadgen(ctx, s, d, &res, h.loadgenArgs("bulk", s, h.sinkPort, d)...)
 			if h.failure(ctx, s, "bulk", err) {
@@ -517,7 +526,7 @@ func (h *harness) measure(ctx context.Context) {
 			h.bulk[s.name] = append(h.bulk[s.name], res)
 			log.Info().Str("system", s.name).Str("MB/s", fmtRate(res.MBps)).Str("error", res.Error).Msg("bulk")
 		}
-		for _, s := range usable([]*system{h.stockade, h.dnsmasq}) {
+		for _, s := range rotated(usable(resolvers), run-1) {
 			cpu0 := s.cpu()
 			res, err := h.runDNSPerf(ctx, s)
 			if h.failure(ctx, s, "dnsperf", err) {
@@ -528,6 +537,16 @@ func (h *harness) measure(ctx context.Context) {
 				Interface("rcodes", res.Rcodes).Msg("dnsperf")
 		}
 	}
+}
+
+// rotated is list started at its k-th element (k modulo its length),
+// the elements before it moved to the end, as a new slice.
+func rotated[T any](list []T, k int) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	k %= len(list)
+	return append(slices.Clone(list[k:]), list[:k]...)
 }
 
 func usable(list []*system) []*system {
