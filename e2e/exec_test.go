@@ -191,3 +191,24 @@ func TestConcurrentExecsWithACutRelay(t *testing.T) {
 		t.Fatalf("sandbox left Ready: %+v", s)
 	}
 }
+
+// TestExecReplacesTheShell: the command of `sandbox exec` replaces the
+// sandbox shell that receives it, so no shell waits beside it for as long
+// as it runs (its parent is not a shell) and a signal that ends it is the
+// session's (the CLI says so and exits 128+N); a plain exit status passes
+// through unchanged.
+func TestExecReplacesTheShell(t *testing.T) {
+	w := newWorld(t, 0)
+	w.create("replaced", `exec sleep 1000`)
+	out, errOut, code := w.execIn("replaced", `cat /proc/$PPID/comm`)
+	if code != 0 || strings.TrimSpace(out) == "sh" || out == "" {
+		t.Fatalf("parent of the command: %q (exit %d, %q); want the session's starter, not a shell left waiting", out, code, errOut)
+	}
+	_, errOut, code = w.execIn("replaced", `kill -TERM $$`)
+	if code != 128+int(syscall.SIGTERM) || !strings.Contains(errOut, "killed by SIGTERM") {
+		t.Fatalf("command killed by SIGTERM: exit %d, stderr %q; want %d and the signal named", code, errOut, 128+int(syscall.SIGTERM))
+	}
+	if _, _, code = w.execIn("replaced", `exit 9`); code != 9 {
+		t.Fatalf("exit 9: got %d", code)
+	}
+}

@@ -78,6 +78,18 @@ func shellQuote(argv []string) string {
 	return strings.Join(q, " ")
 }
 
+// execCommand is the command line the sandbox's shell runs for argv: the
+// shell exec's the program, so the program is the session's process (its
+// exit status or signal is the session's, a signal reaches it, and no
+// shell waits beside it in the sandbox for as long as it runs).
+func execCommand(argv []string, workdir string) string {
+	command := "exec " + shellQuote(argv)
+	if workdir != "" {
+		command = "cd " + shellQuote([]string{workdir}) + " && " + command
+	}
+	return command
+}
+
 func newExecCmd(co *clientOpts) *cobra.Command {
 	var timeout time.Duration
 	var workdir string
@@ -138,10 +150,7 @@ no relay could be opened; 4 when the sandbox is not Ready.`,
 					return &exitError{exitFailure, fmt.Errorf("sandbox %s: pty: %w", name, err)}
 				}
 			}
-			command := shellQuote(argv)
-			if workdir != "" {
-				command = "cd " + shellQuote([]string{workdir}) + " && exec " + command
-			}
+			command := execCommand(argv, workdir)
 			done := make(chan error, 1)
 			go func() { done <- sess.Run(command) }()
 			var timer <-chan time.Time
