@@ -84,7 +84,8 @@ type child struct {
 }
 
 // setUp reads the config, builds the sandbox, starts the workload and
-// reports it started with the four descriptors.
+// reports it started with the boundary's descriptors (four, or three when
+// the parent made the proxy listener).
 func (st *initState) setUp() error {
 	m, in, err := recv(st.parent)
 	if err != nil {
@@ -99,7 +100,7 @@ func (st *initState) setUp() error {
 	if len(in) > 0 {
 		tree = in[0]
 	}
-	fds, err := setUpNetwork()
+	fds, err := setUpNetwork(st.cfg.ParentProxy)
 	if err != nil {
 		return fmt.Errorf("init: network: %w", err)
 	}

@@ -1,9 +1,12 @@
 package nsrun
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"runtime"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,14 +25,14 @@ const (
 )
 
 // setUpNetwork runs in init, inside the new network namespace: lo up, then
-// the proxy listener, the DNS sockets and a sock_diag socket, in
-// fdIndex order.
-func setUpNetwork() ([]int, error) {
+// the proxy listener (unless the parent made it: parentProxy), the DNS
+// sockets and a sock_diag socket, in fdIndex order.
+func setUpNetwork(parentProxy bool) ([]int, error) {
 	if err := linkUp("lo"); err != nil {
 		return nil, err
 	}
 	fds := make([]int, 0, fdCount)
-	for _, mk := range []func() (int, error){
+	for i, mk := range []func() (int, error){
 		func() (int, error) { return loopbackSocket(unix.SOCK_STREAM, ProxyPort) },
 		func() (int, error) { return loopbackSocket(unix.SOCK_DGRAM, DNSPort) },
 		func() (int, error) { return loopbackSocket(unix.SOCK_STREAM, DNSPort) },
@@ -41,6 +44,9 @@ func setUpNetwork() ([]int, error) {
 			return fd, nil
 		},
 	} {
+		if i == fdIndexProxy && parentProxy {
+			continue
+		}
 		fd, err := mk()
 		if err != nil {
 			closeFDs(fds)
@@ -49,6 +55,67 @@ func setUpNetwork() ([]int, error) {
 		fds = append(fds, fd)
 	}
 	return fds, nil
+}
+
+// proxyListenerIn makes the proxy listener (127.0.0.1:ProxyPort) inside
+// the network namespace of process pid, from the caller (root: setns needs
+// CAP_SYS_ADMIN in the caller's user namespace too), lo brought up first;
+// before init is told to start anything, so it listens before the
+// workload runs. Made here rather than by init, it is the net package's
+// own listener with keep-alive off: a listener adopted from a descriptor
+// (net.FileListener) turns keep-alive on for every accepted connection,
+// four setsockopt calls per tunnel that the proxy does not want (its
+// clients are on this machine, and a tunnel ends with either end).
+func proxyListenerIn(pid int) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		// The thread is unlocked only once it is back in its own
+		// namespace; a thread left locked ends with this goroutine.
+		runtime.LockOSThread()
+		ln, back, err := listenInNetns(pid)
+		if back {
+			runtime.UnlockOSThread()
+		}
+		got <- result{ln, err}
+	}()
+	r := <-got
+	if r.err != nil {
+		return nil, fmt.Errorf("proxy listener in the sandbox's network namespace: %w", r.err)
+	}
+	return r.ln, nil
+}
+
+// listenInNetns is proxyListenerIn's work on a locked thread; back
+// reports that the thread is in its own network namespace again.
+func listenInNetns(pid int) (ln net.Listener, back bool, err error) {
+	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("own network namespace: %w", err)
+	}
+	defer unix.Close(self)
+	target, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, true, fmt.Errorf("network namespace of %d: %w", pid, err)
+	}
+	defer unix.Close(target)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		return nil, true, fmt.Errorf("setns: %w", err)
+	}
+	if err = linkUp("lo"); err == nil {
+		lc := net.ListenConfig{KeepAlive: -1}
+		ln, err = lc.Listen(context.Background(), "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(ProxyPort)))
+	}
+	if rerr := unix.Setns(self, unix.CLONE_NEWNET); rerr != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, false, fmt.Errorf("setns back: %w", rerr)
+	}
+	return ln, true, err
 }
 
 // loopbackSocket returns a socket bound to 127.0.0.1:port, listening if it

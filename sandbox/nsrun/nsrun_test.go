@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 func TestExitStatusAndWorkspace(t *testing.T) {
@@ -98,6 +99,11 @@ hostname > /sandbox/hostname
 	c, err := acceptBy(proxy, deadline)
 	if err != nil {
 		t.Fatalf("proxy accept: %v", err)
+	}
+	// As root the parent makes the proxy listener itself, keep-alive off
+	// (init's, adopted through a descriptor, would turn it on).
+	if ka := keepAliveOn(t, c); os.Geteuid() == 0 && ka {
+		t.Fatal("a proxy connection accepted with SO_KEEPALIVE on; the root parent's listener has it off")
 	}
 	// The client (the workload, bash, the socket's only holder) blocks
 	// reading until the byte comes: its socket is there to be identified.
@@ -653,4 +659,19 @@ func BenchmarkProcRootList(b *testing.B) {
 			b.Fatal("empty")
 		}
 	}
+}
+
+// keepAliveOn reports whether c (TCP) has SO_KEEPALIVE set.
+func keepAliveOn(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	cerr := rc.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE) })
+	if cerr != nil || err != nil {
+		t.Fatalf("SO_KEEPALIVE: %v %v", cerr, err)
+	}
+	return v != 0
 }

@@ -166,6 +166,15 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			return nil, fmt.Errorf("nsrun: cgroup: %w", err)
 		}
 	}
+	if ids.root {
+		// Before the config: init starts nothing before it, so the
+		// listener is there before the workload runs.
+		if s.proxy, err = proxyListenerIn(cmd.Process.Pid); err != nil {
+			_ = s.Kill()
+			return nil, fmt.Errorf("nsrun: %w", err)
+		}
+		cfg.ParentProxy = true
+	}
 	if err := s.handshake(ctx, cfg, trees); err != nil {
 		_ = s.Kill()
 		return nil, err
@@ -290,27 +299,37 @@ func (s *Sandbox) initExit() string {
 	}
 }
 
-// adopt takes over the descriptors of the started message.
+// adopt takes over the descriptors of the started message: fdIndex order,
+// without the proxy's when Start made the proxy listener.
 func (s *Sandbox) adopt(fds []int) error {
+	want := fdCount
+	if s.proxy != nil {
+		want--
+		fds = append([]int{-1}, fds...)
+	}
 	if len(fds) != fdCount {
-		closeFDs(fds)
-		return fmt.Errorf("init passed %d descriptors, want %d", len(fds), fdCount)
+		closeFDs(fds[fdCount-want:])
+		return fmt.Errorf("init passed %d descriptors, want %d", len(fds)-(fdCount-want), want)
 	}
 	files := make([]*os.File, fdCount)
 	for i, name := range []string{"proxy", "dns-udp", "dns-tcp", "sock-diag"} {
-		files[i] = os.NewFile(uintptr(fds[i]), name)
+		if fds[i] >= 0 {
+			files[i] = os.NewFile(uintptr(fds[i]), name)
+		}
 	}
 	defer func() {
 		for i, f := range files {
-			if i != fdIndexDiag {
+			if i != fdIndexDiag && f != nil {
 				f.Close() // the net types hold duplicates
 			}
 		}
 	}()
 	s.diag = files[fdIndexDiag]
 	var err error
-	if s.proxy, err = net.FileListener(files[fdIndexProxy]); err != nil {
-		return fmt.Errorf("proxy listener: %w", err)
+	if s.proxy == nil {
+		if s.proxy, err = net.FileListener(files[fdIndexProxy]); err != nil {
+			return fmt.Errorf("proxy listener: %w", err)
+		}
 	}
 	if s.dnsUDP, err = net.FilePacketConn(files[fdIndexDNSUDP]); err != nil {
 		return fmt.Errorf("dns udp socket: %w", err)

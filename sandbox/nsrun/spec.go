@@ -167,6 +167,9 @@ type stageConfig struct {
 	ResolvConf        string   `json:"resolv_conf"`
 	TmpfsBytes        int64    `json:"tmpfs_bytes,omitempty"`
 	NoSeccomp         bool     `json:"no_seccomp,omitempty"`
+	// ParentProxy: the parent made the proxy listener in init's network
+	// namespace (proxyListenerIn); init makes and passes the other three.
+	ParentProxy bool `json:"parent_proxy,omitempty"`
 }
 
 // idMapping is the user namespace layout for one Start.

@@ -23,7 +23,8 @@ const (
 	// (and, from a root parent, the workspace mount tree fd).
 	msgConfig msgKind = 1
 	// msgStarted: init -> parent; the workload runs. Carries its pid in the
-	// sandbox, the warnings, the Landlock ABI and the four descriptors.
+	// sandbox, the warnings, the Landlock ABI and the boundary's descriptors
+	// (fdIndex order, without the proxy's when the config's ParentProxy).
 	msgStarted msgKind = 2
 	// msgReady: exec -> init, just before execve; warnings and ABI.
 	msgReady msgKind = 3
