@@ -4,7 +4,8 @@
 // actors and no policy; the supervisor drives it.
 //
 // Three stages, all the same binary (a running Go process never calls
-// unshare or setns):
+// unshare, and never enters a user or mount namespace; its one setns is
+// the root parent's into init's network namespace, below):
 //
 //   - Parent (the supervisor): Start re-execs the binary (through
 //     /proc/self/fd, so a mapped uid needs no access to its directory) as the
@@ -13,12 +14,19 @@
 //     HostIDBase (default 100000) and the workspace directory is chowned to
 //     the sandbox user and handed over as a detached mount (open_tree);
 //     unprivileged, only RunAsUser/RunAsGroup map, to the caller's own
-//     uid/gid (setgroups denied). Host root is never mapped.
+//     uid/gid (setgroups denied). Host root is never mapped. As root, before
+//     it sends init the config (init starts nothing before that), it makes
+//     the proxy listener itself inside init's network namespace: setns on a
+//     locked thread (unlocked only once back in its own namespace), lo up,
+//     then the net package's listener with keep-alive off; a listener
+//     adopted from a descriptor would turn keep-alive on for every
+//     accepted connection, four system calls per tunnel.
 //   - Init (pid 1 of the sandbox): brings lo up with one RTM_NEWLINK, creates
-//     the proxy listener (127.0.0.1:3128), the DNS UDP socket and TCP
-//     listener (127.0.0.1:53) and a NETLINK_SOCK_DIAG socket inside the
-//     sandbox's network namespace. It makes / rprivate and builds a new root
-//     on a tmpfs, since /sandbox must be a mount point and the host's / is
+//     the proxy listener (127.0.0.1:3128) unless the parent made it, the
+//     DNS UDP socket and TCP listener (127.0.0.1:53) and a
+//     NETLINK_SOCK_DIAG socket inside the sandbox's network namespace. It
+//     makes / rprivate and builds a new root on a tmpfs, since /sandbox
+//     must be a mount point and the host's / is
 //     never written: the host's top-level directories bound as they are
 //     (recursively), fresh /proc and /sys (only lo), private tmpfs on /tmp,
 //     /var/tmp, /dev/shm and /run, the workspace on /sandbox, Hidden
@@ -28,7 +36,7 @@
 //     Every mount point is resolved with openat2(RESOLVE_IN_ROOT), so no
 //     symlink leads a mount out of the new root. It pivots into the root,
 //     detaches the old one and makes the root tmpfs read-only. It then starts
-//     the exec stage, hands the four descriptors, the warnings and the
+//     the exec stage, hands the descriptors (three or four), the warnings and the
 //     workload's pid to the parent over a SOCK_SEQPACKET socketpair
 //     (SCM_RIGHTS), reaps every orphan, reports the workload's exit status,
 //     serves Exec requests (below), and exits when the parent's end of the

@@ -302,14 +302,13 @@ func (s *Sandbox) initExit() string {
 // adopt takes over the descriptors of the started message: fdIndex order,
 // without the proxy's when Start made the proxy listener.
 func (s *Sandbox) adopt(fds []int) error {
-	want := fdCount
-	if s.proxy != nil {
-		want--
-		fds = append([]int{-1}, fds...)
+	passed, want := fds, fdCount
+	if s.proxy != nil { // Start made it: init passes the other three
+		fds, want = append([]int{-1}, fds...), fdCount-1
 	}
-	if len(fds) != fdCount {
-		closeFDs(fds[fdCount-want:])
-		return fmt.Errorf("init passed %d descriptors, want %d", len(fds)-(fdCount-want), want)
+	if len(passed) != want {
+		closeFDs(passed)
+		return fmt.Errorf("init passed %d descriptors, want %d", len(passed), want)
 	}
 	files := make([]*os.File, fdCount)
 	for i, name := range []string{"proxy", "dns-udp", "dns-tcp", "sock-diag"} {
