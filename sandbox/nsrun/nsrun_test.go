@@ -50,6 +50,42 @@ func TestExitStatusAndWorkspace(t *testing.T) {
 	}
 }
 
+// TestWorkloadCannotTakeTheProxyPort plays a hostile workload that binds
+// 127.0.0.1:3128 itself, first thing, with SO_REUSEADDR and SO_REUSEPORT,
+// to stand in for the boundary before it listens: the port is taken
+// before the workload runs (as root the parent made the listener before
+// init started anything), so the bind is refused, and a connection to the
+// port still reaches the parent's listener.
+func TestWorkloadCannotTakeTheProxyPort(t *testing.T) {
+	needSandbox(t)
+	testenv.NeedTool(t, "perl", "perl-base")
+	spec := bashSpec(t, `
+perl -MSocket -e 'socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket: $!";
+setsockopt($s, SOL_SOCKET, SO_REUSEADDR, 1) or die "SO_REUSEADDR: $!";
+setsockopt($s, SOL_SOCKET, SO_REUSEPORT, 1) or die "SO_REUSEPORT: $!";
+if (bind($s, pack_sockaddr_in(3128, inet_aton("127.0.0.1"))) && listen($s, 8)) { print "bound\n" } else { print "refused: ", $!+0, "\n" }' > /sandbox/bind 2>&1
+exec 3<>/dev/tcp/127.0.0.1/3128; printf x >&3; read -r -n1 -u 3 b; exec 3<&-
+`)
+	sb := start(t, spec)
+	proxy, _, _, _ := sb.Listeners()
+	c, err := acceptBy(proxy, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatalf("proxy accept: %v", err)
+	}
+	buf := make([]byte, 1)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(buf); err != nil || buf[0] != 'x' {
+		t.Fatalf("the workload's byte on the parent's listener: %q %v", buf, err)
+	}
+	mustWrite(t, c, "y")
+	if st := wait(t, sb); !st.Success() {
+		t.Fatalf("workload: %s", st)
+	}
+	if got, want := readWS(t, spec, "bind"), fmt.Sprintf("refused: %d", int(unix.EADDRINUSE)); got != want {
+		t.Fatalf("the workload's bind of 127.0.0.1:3128: %q, want %q", got, want)
+	}
+}
+
 // TestNetworkBoundary: only lo inside; the host's loopback is unreachable;
 // the proxy and DNS sockets the parent holds are the ones the workload
 // reaches at 127.0.0.1:3128 and :53; the sock_diag socket sees the

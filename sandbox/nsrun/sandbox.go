@@ -170,8 +170,13 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		// Before the config: init starts nothing before it, so the
 		// listener is there before the workload runs.
 		if s.proxy, err = proxyListenerIn(cmd.Process.Pid); err != nil {
+			if exit := s.initExit(); exit != "" {
+				// Init died first (its namespace went with it): say
+				// so, as the handshake would.
+				err = fmt.Errorf("%w%s", errInitGone, exit)
+			}
 			_ = s.Kill()
-			return nil, fmt.Errorf("nsrun: %w", err)
+			return nil, fmt.Errorf("nsrun: start: %w", err)
 		}
 		cfg.ParentProxy = true
 	}
