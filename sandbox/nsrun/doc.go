@@ -26,18 +26,18 @@
 //     DNS UDP socket and TCP listener (127.0.0.1:53) and a
 //     NETLINK_SOCK_DIAG socket inside the sandbox's network namespace. It
 //     makes / rprivate and builds a new root on a tmpfs, since /sandbox
-//     must be a mount point and the host's / is
-//     never written: the host's top-level directories bound as they are
-//     (recursively), fresh /proc and /sys (only lo), private tmpfs on /tmp,
-//     /var/tmp, /dev/shm and /run, the workspace on /sandbox, Hidden
-//     directories covered by an empty read-only tmpfs, and a generated
+//     must be a mount point and the host's / is never written: the host's
+//     top-level directories bound as they are (recursively), fresh /proc
+//     and /sys (only lo), private tmpfs on /tmp, /var/tmp, /dev/shm and
+//     /run, the workspace on /sandbox, Hidden directories covered by an
+//     empty read-only tmpfs, and a generated
 //     resolv.conf (nameserver 127.0.0.1) moved onto /etc/resolv.conf with
 //     move_mount, which covers a symlink itself rather than its target.
 //     Every mount point is resolved with openat2(RESOLVE_IN_ROOT), so no
 //     symlink leads a mount out of the new root. It pivots into the root,
 //     detaches the old one and makes the root tmpfs read-only. It then starts
-//     the exec stage, hands the descriptors (three or four), the warnings and the
-//     workload's pid to the parent over a SOCK_SEQPACKET socketpair
+//     the exec stage, hands the descriptors (three or four), the warnings
+//     and the workload's pid to the parent over a SOCK_SEQPACKET socketpair
 //     (SCM_RIGHTS), reaps every orphan, reports the workload's exit status,
 //     serves Exec requests (below), and exits when the parent's end of the
 //     socketpair closes; the kernel then kills every process of the pid

@@ -307,19 +307,18 @@ func (s *Sandbox) initExit() string {
 // adopt takes over the descriptors of the started message: fdIndex order,
 // without the proxy's when Start made the proxy listener.
 func (s *Sandbox) adopt(fds []int) error {
-	passed, want := fds, fdCount
-	if s.proxy != nil { // Start made it: init passes the other three
-		fds, want = append([]int{-1}, fds...), fdCount-1
+	first := fdIndexProxy // the index of init's first descriptor
+	if s.proxy != nil {
+		first++ // Start made it: init passes the other three
 	}
-	if len(passed) != want {
-		closeFDs(passed)
-		return fmt.Errorf("init passed %d descriptors, want %d", len(passed), want)
+	if len(fds) != fdCount-first {
+		closeFDs(fds)
+		return fmt.Errorf("init passed %d descriptors, want %d", len(fds), fdCount-first)
 	}
 	files := make([]*os.File, fdCount)
-	for i, name := range []string{"proxy", "dns-udp", "dns-tcp", "sock-diag"} {
-		if fds[i] >= 0 {
-			files[i] = os.NewFile(uintptr(fds[i]), name)
-		}
+	names := []string{"proxy", "dns-udp", "dns-tcp", "sock-diag"}
+	for i, fd := range fds {
+		files[first+i] = os.NewFile(uintptr(fd), names[first+i])
 	}
 	defer func() {
 		for i, f := range files {
