@@ -475,8 +475,12 @@ func (r *runner) processFault(ctx context.Context, s Step, name string) error {
 		}
 		r.waitStable(ctx, loud)
 		ldone := r.excuse(loud)
+		// Recovery is judged from the crash: a loss earlier in the step
+		// (a gateway restart just before it) would pass for it while
+		// the sandbox is still Ready, and close the excuse too soon.
+		crashed := time.Now()
 		if r.crashWorkload(ctx, loud) {
-			r.waitRecovered(ctx, loud, start, Step{Kind: KindWorkloadCrash})
+			r.waitRecovered(ctx, loud, crashed, Step{Kind: KindWorkloadCrash})
 		}
 		ldone()
 		after, ferr := r.w.gatewayFault(ctx, node, "store.write=off")
