@@ -89,6 +89,9 @@ type LogSink struct {
 	// Bufs, when set, lends RecordBatch its render buffers (a batch's
 	// buffer was a fresh, zeroed allocation: a fifth of the sink's cost).
 	Bufs *Bufs
+	// Denials, when set, bounds the denial lines (DenialLimit); nil logs
+	// every denial (the log is then the only record).
+	Denials *DenialLimit
 }
 
 // Bufs lends render buffers to the copies of a LogSink; the zero value is
@@ -126,6 +129,9 @@ func (l LogSink) record(log zerolog.Logger, e *Event) bool {
 	var ev *zerolog.Event
 	switch {
 	case e.ActionID == ActionDenied:
+		if l.Denials != nil && !l.Denials.allow() {
+			return false
+		}
 		ev = log.Warn()
 	case l.AllowedAtDebug && e.ActionID == ActionAllowed:
 		ev = log.Debug()

@@ -3,6 +3,7 @@ package boundary
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -41,12 +42,24 @@ func Upstreams(hostsFile, dnsUpstream string) (dnsproxy.Upstream, proxy.Resolver
 	}
 }
 
+// LogDenialsPerMinute is how many denial lines a boundary with an audit
+// file writes to its log each minute; the file has every denial, and the
+// log says how many it left out (audit.DenialLimit). A workload flooding
+// denials thus grows the file, which rotates, not the log, which may not.
+const LogDenialsPerMinute = 100
+
 // Serve starts a boundary for cfg in its own actor system. Its decisions
 // go to cfg.Log and, when auditFile is set, to that file too (cfg.Audit is
 // set here); with a file, allowed decisions reach the log at debug level
-// only (the file has them all; the log keeps the denials). The returned function stops the boundary and closes the file.
+// only and denials up to LogDenialsPerMinute (the file has them all). The
+// returned function stops the boundary, says in the log how many denials
+// it left out since its last such line, and closes the file.
 func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
-	sinks := audit.Multi{audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != "", Out: cfg.LogOut, Bufs: &audit.Bufs{}}}
+	logSink := audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != "", Out: cfg.LogOut, Bufs: &audit.Bufs{}}
+	if auditFile != "" {
+		logSink.Denials = audit.NewDenialLimit(cfg.Log, LogDenialsPerMinute, time.Minute)
+	}
+	sinks := audit.Multi{logSink}
 	var af *audit.File
 	if auditFile != "" {
 		var err error
@@ -57,6 +70,9 @@ func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
 	}
 	cfg.Audit = sinks
 	closeAudit := func() {
+		if logSink.Denials != nil {
+			logSink.Denials.Flush()
+		}
 		if af != nil {
 			_ = af.Close()
 		}

@@ -1,0 +1,97 @@
+package audit
+
+import (
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// DenialLimit bounds the denial lines a LogSink writes where an audit file
+// records every decision: at most Max lines per window; the denials past
+// that are counted, and the count is logged (one warn line, the field
+// denialsNotLogged) when the window ends, or at Flush. Without it a
+// workload that asks for names or hosts it may not reach writes a log line
+// per denial into a log that nothing rotates (a supervisor's log: tens of
+// megabytes a second under a flood of denied DNS queries), while the audit
+// file, which has every event, rotates.
+//
+// Denials are counted, never dropped from the audit file: the limit is on
+// the log's copy only.
+type DenialLimit struct {
+	log    zerolog.Logger
+	max    int
+	window time.Duration
+	now    func() time.Time
+	after  func(time.Duration, func()) (stop func() bool)
+
+	mu      sync.Mutex
+	start   time.Time // the window's start
+	logged  int       // lines written in the window
+	dropped int       // denials not logged since the last report
+	since   time.Time // the first of them
+	pending func() bool
+}
+
+// LimitOption configures a DenialLimit.
+type LimitOption func(*DenialLimit)
+
+// WithLimitClock replaces the clock and the timer that reports a window's
+// count (the seam for tests; the default is time.Now and time.AfterFunc).
+func WithLimitClock(now func() time.Time, after func(time.Duration, func()) (stop func() bool)) LimitOption {
+	return func(d *DenialLimit) { d.now, d.after = now, after }
+}
+
+// NewDenialLimit returns a limit of max denial lines per window; its
+// reports go to log.
+func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...LimitOption) *DenialLimit {
+	d := &DenialLimit{log: log, max: max, window: window, now: time.Now,
+		after: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// allow reports whether one more denial line may be written now; when not,
+// the denial is counted and its window's report is scheduled.
+func (d *DenialLimit) allow() bool {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A new window, also when the clock went back (this VM's can jump).
+	if now.Before(d.start) || now.Sub(d.start) >= d.window {
+		d.start, d.logged = now, 0
+	}
+	if d.logged < d.max {
+		d.logged++
+		return true
+	}
+	if d.dropped == 0 {
+		d.since = now
+	}
+	d.dropped++
+	if d.pending == nil {
+		d.pending = d.after(d.start.Add(d.window).Sub(now), d.Flush)
+	}
+	return false
+}
+
+// Flush logs how many denials were left out of the log since the last
+// report, if any, and cancels the scheduled report. The boundary calls it
+// when it stops, so no count is lost with the process.
+func (d *DenialLimit) Flush() {
+	d.mu.Lock()
+	n, since := d.dropped, d.since
+	d.dropped = 0
+	if d.pending != nil {
+		d.pending() // false when Flush is that report: nothing to cancel
+		d.pending = nil
+	}
+	d.mu.Unlock()
+	if n > 0 {
+		d.log.Warn().Str("component", "audit").Int("denialsNotLogged", n).Time("since", since).
+			Int("limit", d.max).Dur("window", d.window).
+			Msgf("%d denials since %s are in the audit file only: the log keeps %d per %s", n, since.UTC().Format(time.RFC3339), d.max, d.window)
+	}
+}
