@@ -4,7 +4,7 @@
 //	gateway process
 //	  actors/gateway    gateway (root) -> api, hello, relay-listener, sandboxes
 //	  actors/sandbox    sandboxes -> sandbox/NAME -> session/N (-> relay/N)
-//	                    seams: Store, driver.Driver, Clock (seams.go); fakes in sandboxtest
+//	                    seams: Store, driver.Driver, Clock (seams.go); fakes in sandboxtest, clock.Fake
 //	  actors/relay      relay-listener and the relay/N actor splicing a pair
 //	supervisor process (package supervisor)
 //	  actors/boundary   boundary -> proxy -> conn/N, dns -> query/N

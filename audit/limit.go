@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/internal/clock"
 )
 
 // DenialLimit bounds the denial lines a LogSink writes where an audit file
@@ -22,8 +24,7 @@ type DenialLimit struct {
 	log    zerolog.Logger
 	max    int
 	window time.Duration
-	now    func() time.Time
-	after  func(time.Duration, func()) (stop func() bool)
+	clock  clock.Clock
 
 	mu      sync.Mutex
 	start   time.Time // the window's start
@@ -36,17 +37,16 @@ type DenialLimit struct {
 // LimitOption configures a DenialLimit.
 type LimitOption func(*DenialLimit)
 
-// WithLimitClock replaces the clock and the timer that reports a window's
-// count (the seam for tests; the default is time.Now and time.AfterFunc).
-func WithLimitClock(now func() time.Time, after func(time.Duration, func()) (stop func() bool)) LimitOption {
-	return func(d *DenialLimit) { d.now, d.after = now, after }
+// WithLimitClock replaces the clock that reads the time and arms the
+// report of a window's count (default clock.System; tests: clock.Fake).
+func WithLimitClock(c clock.Clock) LimitOption {
+	return func(d *DenialLimit) { d.clock = c }
 }
 
 // NewDenialLimit returns a limit of max denial lines per window; its
 // reports go to log.
 func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...LimitOption) *DenialLimit {
-	d := &DenialLimit{log: log, max: max, window: window, now: time.Now,
-		after: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }}
+	d := &DenialLimit{log: log, max: max, window: window, clock: clock.System{}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -56,7 +56,7 @@ func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...L
 // allow reports whether one more denial line may be written now; when not,
 // the denial is counted and its window's report is scheduled.
 func (d *DenialLimit) allow() bool {
-	now := d.now()
+	now := d.clock.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// A new window, also when the clock went back (this VM's can jump).
@@ -72,7 +72,7 @@ func (d *DenialLimit) allow() bool {
 	}
 	d.dropped++
 	if d.pending == nil {
-		d.pending = d.after(d.start.Add(d.window).Sub(now), d.Flush)
+		d.pending = d.clock.AfterFunc(d.start.Add(d.window).Sub(now), d.Flush)
 	}
 	return false
 }

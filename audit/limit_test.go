@@ -9,35 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/stockade-dev/stockade/internal/clock"
 	"github.com/stockade-dev/stockade/policy/reason"
 )
-
-// fakeTimers is the clock seam of a DenialLimit: the time is set by the
-// test, and a scheduled report runs when the test says.
-type fakeTimers struct {
-	now   time.Time
-	after []time.Duration
-	due   []func()
-}
-
-func (f *fakeTimers) clock() LimitOption {
-	return WithLimitClock(func() time.Time { return f.now }, func(d time.Duration, fn func()) func() bool {
-		f.after = append(f.after, d)
-		f.due = append(f.due, fn)
-		i := len(f.due) - 1
-		return func() bool { live := f.due[i] != nil; f.due[i] = nil; return live }
-	})
-}
-
-// fire runs the scheduled reports that were not cancelled.
-func (f *fakeTimers) fire() {
-	for i, fn := range f.due {
-		if fn != nil {
-			f.due[i] = nil
-			fn()
-		}
-	}
-}
 
 // logLines splits a JSON log into its lines' decoded objects.
 func logLines(t *testing.T, b *bytes.Buffer) []map[string]any {
@@ -76,8 +50,8 @@ func countLines(lines []map[string]any) (denials, notLogged int) {
 func TestDenialLimitBoundsTheLogAndCountsTheRest(t *testing.T) {
 	var buf bytes.Buffer
 	log := zerolog.New(&buf).Level(zerolog.InfoLevel)
-	ft := &fakeTimers{now: time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC)}
-	limit := NewDenialLimit(log, 10, time.Minute, ft.clock())
+	c := clock.NewFake(time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC))
+	limit := NewDenialLimit(log, 10, time.Minute, WithLimitClock(c))
 	sink := LogSink{Log: log, AllowedAtDebug: true, Denials: limit}
 
 	denied := NewDecision(ClassDNS, false, reason.PolicyDNSIneligible)
@@ -89,20 +63,23 @@ func TestDenialLimitBoundsTheLogAndCountsTheRest(t *testing.T) {
 		sink.Record(denied)
 	}
 	allowedAtInfo.Record(NewDecision(ClassNetwork, true, reason.None)) // not a denial: not limited
-	ft.now = ft.now.Add(30 * time.Second)
+	c.Advance(30 * time.Second)
 	sink.RecordBatch([]Event{denied, denied, denied}) // same window: counted
 	if d, n := countLines(logLines(t, &buf)); d != 10 || n != 0 {
 		t.Fatalf("within the window: %d denial lines and %d reported, want 10 and 0 (the report waits for the window's end)", d, n)
 	}
-	if len(ft.after) != 1 || ft.after[0] != time.Minute {
-		t.Fatalf("reports scheduled after %v, want one after the window (1m0s from its start)", ft.after)
+	if n := c.Pending(); n != 1 {
+		t.Fatalf("%d reports scheduled, want one", n)
 	}
 	if !strings.Contains(buf.String(), `"level":"info"`) {
 		t.Fatalf("the allowed line was held back by the limit:\n%s", buf.String())
 	}
 
-	ft.now = ft.now.Add(30 * time.Second)
-	ft.fire()
+	c.Advance(29 * time.Second) // the window's last second: no report yet
+	if _, n := countLines(logLines(t, &buf)); n != 0 {
+		t.Fatalf("%d reported before the window ended", n)
+	}
+	c.Advance(time.Second)
 	lines := logLines(t, &buf)
 	if d, n := countLines(lines); d != 10 || n != 18 {
 		t.Fatalf("after the window: %d denial lines and %d reported, want 10 and 18", d, n)
@@ -119,7 +96,10 @@ func TestDenialLimitBoundsTheLogAndCountsTheRest(t *testing.T) {
 	}
 	limit.Flush()
 	before := buf.Len()
-	ft.fire()
+	if n := c.Pending(); n != 0 {
+		t.Fatalf("Flush left %d reports scheduled, want the window's cancelled", n)
+	}
+	c.Advance(time.Hour)
 	limit.Flush()
 	if buf.Len() != before {
 		t.Fatalf("a cancelled report or a second Flush wrote: %s", buf.String()[before:])
@@ -134,14 +114,14 @@ func TestDenialLimitBoundsTheLogAndCountsTheRest(t *testing.T) {
 func TestDenialLimitClockGoingBack(t *testing.T) {
 	var buf bytes.Buffer
 	log := zerolog.New(&buf)
-	ft := &fakeTimers{now: time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC)}
-	limit := NewDenialLimit(log, 2, time.Minute, ft.clock())
+	c := clock.NewFake(time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC))
+	limit := NewDenialLimit(log, 2, time.Minute, WithLimitClock(c))
 	denied := NewDecision(ClassNetwork, false, reason.EndpointNotAllowed)
 	sink := LogSink{Log: log, Denials: limit}
 	for range 3 {
 		sink.Record(denied)
 	}
-	ft.now = ft.now.Add(-time.Hour)
+	c.Advance(-time.Hour)
 	sink.Record(denied)
 	if d, _ := countLines(logLines(t, &buf)); d != 3 {
 		t.Fatalf("%d denial lines, want 3 (2, then 1 in the window the clock's jump back started)", d)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/internal/clock"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -16,7 +16,8 @@ import (
 //     is the embedded default; a cluster's etcd store fits the same shape.
 //   - driver.Driver: the node's supervisor processes and files
 //     (driver/process by default).
-//   - Clock: the time of the lifecycle machine and of its timers.
+//   - Clock: the time of the lifecycle machine and of its timers
+//     (internal/clock; its Fake moves only when a test advances it).
 
 // Store is where the sandbox actors keep their records.
 type Store interface {
@@ -33,23 +34,13 @@ type Store interface {
 
 var _ Store = (*store.Store)(nil)
 
-// Clock is the time seam: the lifecycle machine reads Now, and the actor
-// arms its timers with AfterFunc (f runs on another goroutine and only
-// sends the actor a message).
-type Clock interface {
-	lifecycle.Clock
-	// AfterFunc calls f after d; stop cancels it (false: too late).
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
+// Clock is the time seam (clock.Clock): the lifecycle machine reads Now,
+// and the actor arms its timers with AfterFunc (f runs on another
+// goroutine and only sends the actor a message). Tests use clock.Fake.
+type Clock = clock.Clock
 
 // SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now implements Clock.
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// AfterFunc implements Clock.
-func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+type SystemClock = clock.System
 
 // Deadlines of the actor's calls through its seams: nothing in Receive
 // blocks longer.

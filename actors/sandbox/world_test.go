@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/internal/clock"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
@@ -29,7 +30,7 @@ type world struct {
 	st     *store.Store
 	faults *fault.Set
 	drv    *sandboxtest.Driver
-	clock  *sandboxtest.Clock
+	clock  *clock.Fake
 	boxes  *actor.PID
 	log    *testenv.Buffer
 	// policies counts SetPolicy pushes the fake supervisor session got.
@@ -45,7 +46,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, st: st, faults: faults, drv: sandboxtest.NewDriver(dir + "/sandboxes"),
-		clock: sandboxtest.NewClock(time.Now()), log: &testenv.Buffer{}, policies: make(chan *messages.SetPolicy, 16)}
+		clock: clock.NewFake(time.Now()), log: &testenv.Buffer{}, policies: make(chan *messages.SetPolicy, 16)}
 	w.sys = actor.NewActorSystem()
 	w.env = &Env{Store: st, Driver: w.drv, Clock: w.clock, StateDir: dir,
 		Lifecycle: lifecycle.Config{Grace: 20 * time.Second, StartTimeout: 30 * time.Second, StableAfter: 30 * time.Second},

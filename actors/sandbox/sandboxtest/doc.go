@@ -1,6 +1,6 @@
 // Package sandboxtest holds fakes of the sandbox actor's seams (see
 // actors/sandbox/seams.go): a Driver whose supervisors are Go values a
-// test ends, holds or fails at will, and a Clock that moves only when the
-// test advances it. The actor's store in tests is the real bbolt store
+// test ends, holds or fails at will (its Clock seam's fake is
+// internal/clock's Fake). The actor's store in tests is the real bbolt store
 // (store.Open in a temp dir) with a fault.Set at its write point.
 package sandboxtest
