@@ -55,25 +55,26 @@ const LogDenialsPerMinute = 100
 // returned function stops the boundary, says in the log how many denials
 // it left out since its last such line, and closes the file.
 func Serve(cfg Config, auditFile string) (*Boundary, func(), error) {
-	logSink := audit.LogSink{Log: cfg.Log, AllowedAtDebug: auditFile != "", Out: cfg.LogOut, Bufs: &audit.Bufs{}}
-	if auditFile != "" {
-		logSink.Denials = audit.NewDenialLimit(cfg.Log, LogDenialsPerMinute, time.Minute)
-	}
-	sinks := audit.Multi{logSink}
+	logSink := audit.LogSink{Log: cfg.Log, Out: cfg.LogOut, Bufs: &audit.Bufs{}}
 	var af *audit.File
 	if auditFile != "" {
 		var err error
 		if af, err = audit.OpenFile(auditFile, audit.WithErrorLog(cfg.Log)); err != nil {
 			return nil, nil, fmt.Errorf("boundary: %w", err)
 		}
+		// The file has every decision: the log keeps the denials, up to
+		// the limit.
+		logSink.AllowedAtDebug = true
+		logSink.Denials = audit.NewDenialLimit(cfg.Log, LogDenialsPerMinute, time.Minute)
+	}
+	sinks := audit.Multi{logSink}
+	if af != nil {
 		sinks = append(sinks, af)
 	}
 	cfg.Audit = sinks
 	closeAudit := func() {
-		if logSink.Denials != nil {
-			logSink.Denials.Flush()
-		}
 		if af != nil {
+			logSink.Denials.Flush()
 			_ = af.Close()
 		}
 	}
