@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/internal/testworld"
@@ -321,24 +323,20 @@ func TestServeDenialFloodKeepsTheLogBounded(t *testing.T) {
 	const flood = 3000
 	f := newFixture(t)
 	s := serve(t, "--policy", f.policy, "--hosts", f.hosts, "--audit", f.audit, "--allow-loopback-upstream")
-	c, err := net.Dial("udp", s.dns)
+	c, err := dns.Dial("udp", s.dns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	reply := make([]byte, 512)
 	for i := range flood {
-		// A query for flood-N.test, type A, id i: REFUSED (not in the policy).
-		name := fmt.Sprintf("flood-%d", i)
-		q := []byte{byte(i >> 8), byte(i), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, byte(len(name))}
-		q = append(append(q, name...), 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1)
-		if _, err := c.Write(q); err != nil {
+		q := new(dns.Msg).SetQuestion(fmt.Sprintf("flood-%d.test.", i), dns.TypeA)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.WriteMsg(q); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, err := c.Read(reply)
-		if err != nil || n < 4 || reply[0] != q[0] || reply[1] != q[1] || reply[3]&0xf != 5 {
-			t.Fatalf("query %d: %d bytes %x, err %v; want REFUSED (rcode 5)", i, n, reply[:n], err)
+		r, err := c.ReadMsg()
+		if err != nil || r.Id != q.Id || r.Rcode != dns.RcodeRefused {
+			t.Fatalf("query %d: %v, err %v; want REFUSED", i, r, err)
 		}
 	}
 	if err := s.p.Stop(15 * time.Second); err != nil {
