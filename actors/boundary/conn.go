@@ -260,10 +260,10 @@ func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
 	a.b.upstreams.add(up)
 	defer a.b.upstreams.remove(up)
 	back := make(chan struct{})
-	go func() {
+	a.b.pipes.Schedule(func() {
 		defer close(back)
 		_, _ = proxy.Pipe(client, up, nil)
-	}()
+	})
 	_, _ = proxy.PipeFromClient(up, client, req.Reader)
 	// The client has sent its last byte: most often it has closed its
 	// socket, so its fd is likely the one its next connection gets. Say so

@@ -25,8 +25,8 @@ type Pool struct {
 }
 
 // NewPool returns a pool keeping at most max warm workers; a worker idle
-// for idle exits. throughput is how many messages a mailbox processes per
-// run before yielding (protoactor's default is 300).
+// for between idle and twice idle exits. throughput is how many messages a
+// mailbox processes per run before yielding (protoactor's default is 300).
 func NewPool(max int, idle time.Duration, throughput int) *Pool {
 	return &Pool{work: make(chan func()), quit: make(chan struct{}), throughput: throughput, idle: idle, max: max}
 }
@@ -60,18 +60,26 @@ func (p *Pool) Workers() int {
 	return p.workers
 }
 
+// worker runs fn and then whatever work comes, and retires after idle to
+// twice idle without work. Its timer is not reset per job (two timer
+// operations per mailbox run): when it fires, a worker that has run
+// anything since the last firing re-arms it and stays.
 func (p *Pool) worker(fn func()) {
 	t := time.NewTimer(p.idle)
 	defer t.Stop()
 	for {
 		fn()
-		if !t.Stop() {
-			<-t.C
-		}
-		t.Reset(p.idle)
+		busy := true
+	wait:
 		select {
 		case fn = <-p.work:
+			continue
 		case <-t.C:
+			if busy {
+				busy = false
+				t.Reset(p.idle)
+				goto wait
+			}
 			p.retire()
 			return
 		case <-p.quit:
