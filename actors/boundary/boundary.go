@@ -30,6 +30,10 @@ type Stats struct {
 	// at a time and, when one has ended, waits for the next (IdleConns).
 	ConnActors atomic.Int64
 	IdleConns  atomic.Int64 // conn actors waiting for a connection
+	// QueryActors counts the query actors spawned: a batch actor answers
+	// one UDP read at a time and then waits for the next; a TCP query and
+	// a query a batch hands off get an actor each.
+	QueryActors atomic.Int64
 }
 
 // Boundary is a running boundary subtree.

@@ -44,8 +44,10 @@ type (
 )
 
 // dnsActor owns the DNS read loops (UDP packets, TCP connections) and
-// spawns the query actors: one per UDP read (a batch, see dns_batch.go),
-// one per TCP query and per query handed off by a batch.
+// the query actors: a batch actor answers each UDP read (a batch, see
+// dns_batch.go), one that answered an earlier batch when one waits, and an
+// actor of its own answers each TCP query and each query a batch hands
+// off.
 type dnsActor struct {
 	b        *Boundary
 	answerer *dnsproxy.Answerer
@@ -53,8 +55,9 @@ type dnsActor struct {
 	udpDone  chan struct{}
 	tcp      *acceptLoop
 	batches  *dnsBatchPool
-	bc       batchConn // the UDP socket's batch reads and writes; nil: none
-	local    bool      // the upstream answers from memory: a batch never hands off for it
+	idle     *idleActors[dnsBatchActor] // batch actors waiting for a batch
+	bc       batchConn                  // the UDP socket's batch reads and writes; nil: none
+	local    bool                       // the upstream answers from memory: a batch never hands off for it
 }
 
 func (a *dnsActor) Receive(ctx actor.Context) {
@@ -85,8 +88,10 @@ func (a *dnsActor) Receive(ctx actor.Context) {
 		panic(fmt.Errorf("dns listener failed: %w", m.err))
 	case *actor.Restarting:
 		a.stopLoops()
+		a.closeIdle()
 	case *actor.Stopping:
 		a.stopLoops()
+		a.closeIdle()
 		a.b.streams.closeAll()
 	}
 }
@@ -112,20 +117,35 @@ func (a *dnsActor) admit(m *dnsBatch) {
 	m.qs = kept
 }
 
+// spawnBatch hands m to a batch actor waiting for one, or to a new one: a
+// spawn and a stop per batch were most of the actor runtime's cost per
+// batch (two mailbox runs of the batch actor's and one of this actor's).
 func (a *dnsActor) spawnBatch(ctx actor.Context, m *dnsBatch) {
+	if w, ok := a.idle.pop(); ok {
+		w.a.job.Store(m)
+		ctx.Send(w.pid, m)
+		return
+	}
 	ba := &dnsBatchActor{b: a.b, answerer: a.answerer, local: a.local, pc: a.b.cfg.DNSPacket, bc: a.bc,
-		send: sendTo(ctx.ActorSystem(), ctx.Self()), pool: a.batches, batch: m}
-	a.spawn(ctx, ba)
+		send: sendTo(ctx.ActorSystem(), ctx.Self()), pool: a.batches, idle: a.idle}
+	ba.job.Store(m)
+	if pid := a.spawn(ctx, ba); pid != nil {
+		ctx.Send(pid, m)
+	}
 }
 
 // spawn starts a query actor (query/N) on the leaves' pool. A failed spawn
 // frees nothing: it only happens when the actor system is shutting down.
-func (a *dnsActor) spawn(ctx actor.Context, act actor.Actor) {
+func (a *dnsActor) spawn(ctx actor.Context, act actor.Actor) *actor.PID {
 	a.next++
-	if _, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return act }, actor.WithDispatcher(a.b.pool)),
-		"query/"+strconv.FormatUint(a.next, 10)); err != nil {
+	pid, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return act }, actor.WithDispatcher(a.b.pool)),
+		"query/"+strconv.FormatUint(a.next, 10))
+	if err != nil {
 		a.b.cfg.Log.Error().Err(err).Msg("spawn query actor")
+		return nil
 	}
+	a.b.stats.QueryActors.Add(1)
+	return pid
 }
 
 func (a *dnsActor) start(ctx actor.Context) {
@@ -134,6 +154,9 @@ func (a *dnsActor) start(ctx actor.Context) {
 	if a.batches == nil {
 		a.batches = &dnsBatchPool{}
 	}
+	// A new stack for each incarnation: the last one's waiting actors
+	// stopped with it.
+	a.idle = newIdleActors[dnsBatchActor](dnsIdleBatchActors, nil)
 	_, a.local = a.answerer.Upstream.(dnsproxy.LocalUpstream)
 	if pc := cfg.DNSPacket; pc != nil {
 		a.bc = newBatchConn(pc)
@@ -224,6 +247,14 @@ func (a *dnsActor) readTCP(c net.Conn, send func(any)) {
 			return
 		}
 		send(&dnsPacket{pkt: pkt, tr: dnsproxy.TCP, from: from, reply: reply})
+	}
+}
+
+// closeIdle forgets the batch actors waiting for a batch: they stop with
+// this actor, and one that finishes later stops instead of waiting.
+func (a *dnsActor) closeIdle() {
+	if a.idle != nil {
+		a.idle.close()
 	}
 }
 

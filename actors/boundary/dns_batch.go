@@ -45,6 +45,10 @@ const (
 	dnsRescueAfter = 50 * time.Millisecond
 	// dnsFaultMessage is the audit message of a query the boundary failed.
 	dnsFaultMessage = "the boundary failed while answering this query"
+	// dnsIdleBatchActors is how many batch actors may wait for a batch.
+	// One read loop makes the batches, so few run at once; more than this
+	// stop when they finish.
+	dnsIdleBatchActors = 16
 )
 
 // udpQuery is one datagram of a batch.
@@ -180,8 +184,11 @@ func udpAddrPort(a net.Addr) netip.AddrPort {
 	return netip.AddrPortFrom(ip, uint16(ua.Port))
 }
 
-// dnsBatchActor answers the queries of one batch (query/N). See the top of
-// this file.
+// dnsBatchActor answers the queries of one batch at a time (query/N). See
+// the top of this file. When a batch is answered the actor forgets it and
+// waits in its dns actor's idle stack for the next; a failure stops it
+// (its supervisor's directive), and a stopped actor is never handed
+// another batch.
 type dnsBatchActor struct {
 	b        *Boundary
 	answerer *dnsproxy.Answerer
@@ -190,9 +197,21 @@ type dnsBatchActor struct {
 	bc       batchConn // nil: write one datagram at a time
 	send     func(any) // to the dns actor
 	pool     *dnsBatchPool
-	batch    *dnsBatch
-
+	idle     *idleActors[dnsBatchActor]
 	self     string
+	// job is the batch handed to this actor and not yet taken up. It is
+	// set before the batch is sent: protoactor drops the user messages of
+	// an actor that stops, so a batch handed to an actor stopped before it
+	// read it (its dns actor restarting) goes back to the dns actor from
+	// its Stopping instead of being lost with its in-flight slots.
+	job atomic.Pointer[dnsBatch]
+	batchRun
+}
+
+// batchRun is everything a batch actor knows of the batch it answers; it
+// is zeroed when the batch is answered, so nothing carries over.
+type batchRun struct {
+	batch    *dnsBatch
 	timer    *time.Timer
 	cur      *queryRun // the query being answered (points at run)
 	run      queryRun
@@ -215,9 +234,14 @@ type queryRun struct {
 }
 
 func (a *dnsBatchActor) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.self = ctx.Self().GetId()
+	case *dnsBatch:
+		if !a.job.CompareAndSwap(m, nil) {
+			return // not (or no longer) this actor's
+		}
+		a.batchRun = batchRun{batch: m}
 		a.answerAll()
 		if a.faults > 0 {
 			// Every query has its answer; the supervisor now stops this
@@ -225,9 +249,17 @@ func (a *dnsBatchActor) Receive(ctx actor.Context) {
 			// failed per-query actor.
 			panic(fmt.Errorf("%d of %d queries of this batch failed, the first with: %v", a.faults, a.total, a.first))
 		}
-		ctx.Stop(ctx.Self())
+		// The offer is the last thing done: from then on the dns actor may
+		// hand this actor the next batch.
+		a.batchRun = batchRun{}
+		if !a.idle.push(idleActor[dnsBatchActor]{pid: ctx.Self(), a: a}) {
+			ctx.Stop(ctx.Self())
+		}
 	case *actor.Stopping:
 		a.abandon()
+		if j := a.job.Swap(nil); j != nil {
+			a.send(&dnsRescue{batch: j})
+		}
 	}
 }
 
@@ -236,8 +268,10 @@ func (a *dnsBatchActor) Receive(ctx actor.Context) {
 func (a *dnsBatchActor) answerAll() {
 	qctx, cancel := a.answerer.WithTimeout(context.Background())
 	defer cancel()
-	a.timer = time.AfterFunc(dnsRescueAfter, a.rescue)
 	bt := a.batch
+	// The timer's rescue may still run when this actor has moved on to
+	// its next batch: it is given this one, not the actor's field.
+	a.timer = time.AfterFunc(dnsRescueAfter, func() { a.rescue(bt) })
 	a.total = len(bt.qs)
 	for {
 		i := int(bt.next.Add(1)) - 1
@@ -430,8 +464,7 @@ func (a *dnsBatchActor) recordOne(e *audit.Event) {
 
 // rescue runs on a timer when the batch takes too long: the queries not yet
 // started go to a new batch actor, and the replies built so far are sent.
-func (a *dnsBatchActor) rescue() {
-	bt := a.batch
+func (a *dnsBatchActor) rescue(bt *dnsBatch) {
 	n := len(bt.qs)
 	if start := int(bt.next.Swap(int32(n))); start < n {
 		rest := a.pool.get()
@@ -439,7 +472,7 @@ func (a *dnsBatchActor) rescue() {
 		a.send(&dnsRescue{batch: rest})
 		a.b.cfg.Log.Debug().Str("actor", a.self).Int("queries", n-start).Msg("dns batch slow: the rest goes to a new batch actor")
 	}
-	a.flush()
+	a.flush(bt)
 }
 
 // finish sends the replies and frees this actor's in-flight slots. The
@@ -448,7 +481,7 @@ func (a *dnsBatchActor) rescue() {
 func (a *dnsBatchActor) finish() {
 	a.done = true
 	rescued := !a.timer.Stop()
-	a.flush()
+	a.flush(a.batch)
 	a.b.inflight.Add(-int64(a.released))
 	if !rescued {
 		a.pool.put(a.batch)
@@ -476,7 +509,7 @@ func (a *dnsBatchActor) abandon() {
 			a.fault(r, "the batch actor failed")
 		}()
 	}
-	a.rescue()
+	a.rescue(a.batch)
 	a.done = true
 	a.b.inflight.Add(-int64(a.released))
 }
@@ -484,8 +517,7 @@ func (a *dnsBatchActor) abandon() {
 // flush writes the pending replies: sendmmsg when the socket allows it, one
 // datagram at a time otherwise. A reply that cannot be sent is dropped
 // (the client retries), as before batches.
-func (a *dnsBatchActor) flush() {
-	bt := a.batch
+func (a *dnsBatchActor) flush(bt *dnsBatch) {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
 	if len(bt.events) > 0 {

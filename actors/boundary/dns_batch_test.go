@@ -558,3 +558,45 @@ func TestDNSDualStackSocket(t *testing.T) {
 		t.Fatalf("audit source of the IPv4 client: %+v", sink.all)
 	}
 }
+
+// TestDNSBatchActorsAreReused: batch after batch is answered by the batch
+// actor that answered the one before (no spawn and stop per batch); a
+// batch with a contained panic stops its actor, and the next batch gets a
+// new one, answered as well.
+func TestDNSBatchActorsAreReused(t *testing.T) {
+	e := startBatchEnv(t, nil, 0)
+	const n = 50
+	for i := range n {
+		id := uint16(2 * i)
+		e.send(queryPacket(t, id, "ok.test."), queryPacket(t, id+1, "no.test."))
+		got := e.replies(t, 2, 5*time.Second)
+		if rcode(got[id]) != "NOERROR" || rcode(got[id+1]) != "REFUSED" {
+			t.Fatalf("batch %d: %s %s, want NOERROR REFUSED", i, rcode(got[id]), rcode(got[id+1]))
+		}
+		e.settled(t)
+	}
+	st := e.b.Stats()
+	// Each batch is sent after the last one's replies came: the actor that
+	// sent them has pushed itself back by then or is about to, so few are
+	// spawned, not one per batch.
+	if q := st.QueryActors.Load(); q > 3 {
+		t.Fatalf("%d batches answered by %d spawned query actors, want at most 3", n, q)
+	}
+	before := st.QueryActors.Load()
+	e.faults.Arm(fault.DNSQuery, fault.Rule{Kind: fault.KindPanic, Count: 1})
+	e.send(queryPacket(t, 1000, "ok.test."), queryPacket(t, 1001, "ok2.test."))
+	got := e.replies(t, 2, 5*time.Second)
+	if rcode(got[1000]) != "SERVFAIL" || rcode(got[1001]) != "NOERROR" {
+		t.Fatalf("batch with a panic: %s %s, want SERVFAIL NOERROR", rcode(got[1000]), rcode(got[1001]))
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return e.b.Counters().Get("query", actor.StopDirective) == 1 },
+		"query.stop %d, want 1", e.b.Counters().Get("query", actor.StopDirective))
+	e.send(queryPacket(t, 2000, "ok.test."))
+	if got := e.replies(t, 1, 5*time.Second); rcode(got[2000]) != "NOERROR" {
+		t.Fatalf("after the failed actor: %s, want NOERROR", rcode(got[2000]))
+	}
+	e.settled(t)
+	if q := st.QueryActors.Load(); q != before+1 && q != before {
+		t.Fatalf("query actors spawned %d -> %d: want the failed one replaced at most once", before, q)
+	}
+}

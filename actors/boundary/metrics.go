@@ -8,7 +8,7 @@ import (
 
 var (
 	statsDesc = prometheus.NewDesc("stockade_boundary_events_total",
-		"Boundary events: conns and queries received, decisions allowed and denied, malformed requests, failed leaf actors, conn actors spawned.",
+		"Boundary events: conns and queries received, decisions allowed and denied, malformed requests, failed leaf actors, conn and query actors spawned.",
 		[]string{"event"}, nil)
 	idleDesc = prometheus.NewDesc("stockade_boundary_idle_conn_actors",
 		"Conn actors waiting for their next connection.", nil, nil)
@@ -25,7 +25,7 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 	}{
 		{"conn", s.Conns.Load()}, {"query", s.Queries.Load()}, {"allowed", s.Allowed.Load()},
 		{"denied", s.Denied.Load()}, {"malformed", s.Malformed.Load()}, {"fault", s.Faults.Load()},
-		{"conn_actor", s.ConnActors.Load()},
+		{"conn_actor", s.ConnActors.Load()}, {"query_actor", s.QueryActors.Load()},
 	} {
 		ch <- prometheus.MustNewConstMetric(statsDesc, prometheus.CounterValue, float64(e.v), e.name)
 	}

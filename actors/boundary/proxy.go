@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -148,67 +146,4 @@ func injectOnLoop(inj fault.Injector, p fault.Point) (err error) {
 		}
 	}()
 	return inj.Inject(p)
-}
-
-// idleConns is the stack of conn actors that served a connection to its end
-// and wait for the next. The accept loop pops, a conn actor pushes itself as
-// the last thing it does for a connection; the most recently used comes
-// first (its worker's stack and caches are the warmest). A conn actor that
-// failed never pushes itself: its supervisor stops it. At most max wait: a
-// burst's actors do not all stay.
-type idleConns struct {
-	mu      sync.Mutex
-	waiting []idleConn
-	max     int
-	closed  bool
-	gauge   *atomic.Int64 // how many wait, for the metrics
-}
-
-// idleConn is a waiting conn actor: its PID to send the connection to, and
-// the actor itself, whose job slot the connection goes into first.
-type idleConn struct {
-	pid *actor.PID
-	a   *connActor
-}
-
-func newIdleConns(max int, gauge *atomic.Int64) *idleConns {
-	return &idleConns{max: max, gauge: gauge}
-}
-
-// pop takes the most recent idle conn actor; false when none waits.
-func (s *idleConns) pop() (idleConn, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(s.waiting)
-	if n == 0 {
-		return idleConn{}, false
-	}
-	w := s.waiting[n-1]
-	s.waiting[n-1] = idleConn{}
-	s.waiting = s.waiting[:n-1]
-	s.gauge.Add(-1)
-	return w, true
-}
-
-// push offers a conn actor for the next connection; false when the stack
-// is full or its proxy actor is stopping (the conn actor then stops).
-func (s *idleConns) push(w idleConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || len(s.waiting) >= s.max {
-		return false
-	}
-	s.waiting = append(s.waiting, w)
-	s.gauge.Add(1)
-	return true
-}
-
-// close refuses every later push and forgets the waiting actors (they stop
-// with their parent).
-func (s *idleConns) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	s.gauge.Add(-int64(len(s.waiting)))
-	s.waiting = nil
 }
