@@ -216,7 +216,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 		return err
 	}
 	defer stopBoundary()
-	defer procs.Start(ctx, log)() // as in boundary serve (internal/procs); stops before the boundary
+	defer procs.Start(ctx, log, procs.WithWork(b.Stats().Work))() // as in boundary serve (internal/procs); stops before the boundary
 
 	// The SSH server for exec and connect: one connection per relay stream;
 	// its processes run inside the sandbox. The host key stays in the

@@ -36,6 +36,10 @@ type Stats struct {
 	QueryActors atomic.Int64
 }
 
+// Work is the connections and queries received: what the processor
+// scaler (internal/procs, WithWork) compares across processor counts.
+func (s *Stats) Work() uint64 { return uint64(s.Conns.Load() + s.Queries.Load()) }
+
 // Boundary is a running boundary subtree.
 type Boundary struct {
 	sys   *actor.ActorSystem

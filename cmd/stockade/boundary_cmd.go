@@ -279,7 +279,7 @@ func runBoundary(cmd *cobra.Command, o serveOpts) error {
 	// One processor for Go code while connections come one at a time, all
 	// of them under parallel load (internal/procs); GOMAXPROCS in the
 	// environment turns it off.
-	defer procs.Start(context.Background(), log)()
+	defer procs.Start(context.Background(), log, procs.WithWork(b.Stats().Work))()
 	ready := boundaryReady{PID: os.Getpid()}
 	if o.metricsAddr != "" {
 		bound, stop, err := serveMetrics(o.metricsAddr, log, append(collectors, b.Counters(), b.Stats())...)

@@ -49,6 +49,18 @@ const (
 	// UpCPU of one CPU, counts as quiet (the work fits one processor and
 	// the machine has no room for more).
 	DownIdle = 0.25
+	// TrialWindows: after a return to all processors, when the process
+	// counts its work (WithWork), the rate of this many windows at all of
+	// them is compared with the rate of the window at one that asked for
+	// more.
+	TrialWindows = 4
+	// TrialGain: a trial whose rate is below this multiple of the rate at
+	// one processor found no gain: back to one, and no return to all
+	// before the block (TrialBlock) has passed.
+	TrialGain = 1.05
+	// TrialBlock is how long a trial without gain keeps one processor; it
+	// doubles with each such trial in a row, up to HoldMax.
+	TrialBlock = 10 * time.Second
 )
 
 // Sample is what one window saw: scheduling events, those that waited
@@ -62,6 +74,10 @@ type Sample struct {
 	Idle         time.Duration
 	IdleKnown    bool
 	CPUs         unix.CPUSet
+	// Work is the units of work the process has done (connections and
+	// queries, WithWork), when WorkKnown.
+	Work      uint64
+	WorkKnown bool
 }
 
 // since is the window from an earlier total p to s. The idle is known
@@ -70,7 +86,8 @@ type Sample struct {
 // boot, or take it away).
 func (s Sample) since(p Sample) Sample {
 	return Sample{Events: s.Events - p.Events, Slow: s.Slow - p.Slow, CPU: s.CPU - p.CPU,
-		Idle: s.Idle - p.Idle, IdleKnown: s.IdleKnown && p.IdleKnown && s.CPUs == p.CPUs, CPUs: s.CPUs}
+		Idle: s.Idle - p.Idle, IdleKnown: s.IdleKnown && p.IdleKnown && s.CPUs == p.CPUs, CPUs: s.CPUs,
+		Work: s.Work - p.Work, WorkKnown: s.WorkKnown && p.WorkKnown}
 }
 
 // Sampler reads the process's totals since it started; the scaler takes
@@ -90,6 +107,17 @@ type State struct {
 	// IdleSeen.
 	Idle     float64
 	IdleSeen bool
+	// A trial of all processors (see TrialWindows): the work rate of the
+	// window at one that asked for more, and the windows at all of them
+	// so far with the work they did; Trial is 0 when none runs.
+	Rate      float64
+	Trial     int
+	TrialWork uint64
+	TrialTime time.Duration
+	// Blocked: a trial found no gain, so no return to all processors
+	// before this; BlockFor is how long the next such block lasts.
+	Blocked  time.Time
+	BlockFor time.Duration
 }
 
 // Decide returns the state after the window that just ended (its length
@@ -128,6 +156,9 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 	crowded := w.IdleKnown && idle < DownIdle && cpu < UpCPU
 	switch {
 	case st.Procs < st.Max:
+		if now.Before(st.Blocked) {
+			break // a trial of all processors found no gain: not yet
+		}
 		if (slow > UpFraction && spare) || cpu > UpCPU*float64(st.Procs) {
 			// Back to all of them. Soon after a return to one, the quiet
 			// run needed next time doubles; after a long stay at one it
@@ -138,8 +169,32 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 				st.Hold = HoldMin
 			}
 			st.Procs, st.Quiet = st.Max, 0
+			// With the work counted, all processors are on trial: they
+			// stay only if they do more of it (a load that comes one
+			// piece after another, as DNS queries from one read loop,
+			// waits for one processor now and then, and two only add
+			// hand-offs between threads).
+			st.Trial, st.TrialWork, st.TrialTime = 0, 0, 0
+			if w.WorkKnown {
+				st.Rate, st.Trial = float64(w.Work)/length.Seconds(), 1
+			}
 		}
 	default:
+		if st.Trial > 0 {
+			if !w.WorkKnown {
+				st.Trial = 0
+			} else if st.TrialWork, st.TrialTime = st.TrialWork+w.Work, st.TrialTime+length; st.Trial < TrialWindows {
+				st.Trial++
+			} else {
+				st.Trial = 0
+				if float64(st.TrialWork)/st.TrialTime.Seconds() < TrialGain*st.Rate {
+					st.BlockFor = min(max(2*st.BlockFor, TrialBlock), HoldMax)
+					st.Procs, st.Quiet, st.Down, st.Blocked = 1, 0, now, now.Add(st.BlockFor)
+					return st
+				}
+				st.BlockFor = 0 // a gain: the next block starts over
+			}
+		}
 		if !judged && !crowded {
 			break // too little seen to judge: the quiet run neither grows nor ends
 		}
@@ -164,6 +219,7 @@ type Scaler struct {
 	window time.Duration
 	now    func() time.Time
 	tick   func(time.Duration) (<-chan time.Time, func())
+	work   func() uint64
 }
 
 // Option configures a Scaler.
@@ -183,6 +239,11 @@ func WithSetter(set func(int) int, reset func() int) Option {
 func WithClock(now func() time.Time, tick func(time.Duration) (<-chan time.Time, func())) Option {
 	return func(c *Scaler) { c.now, c.tick = now, tick }
 }
+
+// WithWork gives the scaler the process's count of work done (a
+// boundary's connections and queries): a return to all processors then
+// stays only while they do more of it than one did (TrialWindows).
+func WithWork(count func() uint64) Option { return func(c *Scaler) { c.work = count } }
 
 // WithWindow replaces Window.
 func WithWindow(d time.Duration) Option { return func(c *Scaler) { c.window = d } }
@@ -221,7 +282,7 @@ func (s *Scaler) Run(ctx context.Context) {
 	}
 	defer s.reset()
 	st := State{Procs: all, Max: all}
-	prev, err := s.sample.Read()
+	prev, err := s.read()
 	if err != nil {
 		s.log.Warn().Err(err).Msg("go processor scaling off")
 		return
@@ -237,7 +298,7 @@ func (s *Scaler) Run(ctx context.Context) {
 			return
 		case <-ticks:
 		}
-		cur, err := s.sample.Read()
+		cur, err := s.read()
 		if err != nil {
 			s.log.Warn().Err(err).Msg("go processor scaling off")
 			return
@@ -253,10 +314,21 @@ func (s *Scaler) Run(ctx context.Context) {
 				s.set(next.Procs)
 			}
 			s.log.Debug().Int("from", st.Procs).Int("to", next.Procs).Uint64("events", w.Events).Uint64("slow", w.Slow).
-				Dur("cpu", w.CPU).Dur("idle", w.Idle).Bool("idle_known", w.IdleKnown).Dur("hold", next.Hold).Msg("go processors scaled")
+				Dur("cpu", w.CPU).Dur("idle", w.Idle).Bool("idle_known", w.IdleKnown).Uint64("work", w.Work).
+				Bool("trial_no_gain", next.Procs < st.Procs && !next.Blocked.IsZero() && next.Blocked != st.Blocked).
+				Dur("hold", next.Hold).Msg("go processors scaled")
 		}
 		st, prev, last = next, cur, now
 	}
+}
+
+// read takes the sampler's totals and the work done.
+func (s *Scaler) read() (Sample, error) {
+	t, err := s.sample.Read()
+	if err == nil && s.work != nil {
+		t.Work, t.WorkKnown = s.work(), true
+	}
+	return t, err
 }
 
 // runtimeSampler reads /sched/latencies:seconds, getrusage(RUSAGE_SELF)

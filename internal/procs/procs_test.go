@@ -455,3 +455,88 @@ func TestScalerUsesTheIdleOfItsWindows(t *testing.T) {
 		t.Fatalf("the scaler did %v; want %v", f.did, want)
 	}
 }
+
+// counted is a window of n events, a share slow of them, cpu of one
+// processor and work units done, with the work counted.
+func counted(n uint64, slow, cpu float64, work uint64) Sample {
+	w := window(n, slow, cpu)
+	w.Work, w.WorkKnown = work, true
+	return w
+}
+
+// TestDecideTrialWithoutGainGoesBackAndBlocks: a DNS load at one
+// processor waits for it now and then (slow waits, idle CPUs beside it)
+// and scales up; at two it does less work than at one (hand-offs between
+// threads), so after TrialWindows it goes back to one, and slow waits do
+// not scale it up again before the block has passed; a second trial
+// without gain blocks twice as long.
+func TestDecideTrialWithoutGainGoesBackAndBlocks(t *testing.T) {
+	dns1 := counted(900, 0.45, 0.98, 50_000) // one processor: 200k/s
+	dns1.Idle, dns1.IdleKnown = Window*6/10, true
+	dns2 := counted(1600, 0.15, 0.99, 42_000) // two: 168k/s
+	st := State{Procs: 1, Max: 2}
+	now := t0
+	block := TrialBlock
+	for trial := range 2 {
+		now = now.Add(Window)
+		if st = Decide(st, dns1, Window, now); st.Procs != 2 || st.Trial == 0 {
+			t.Fatalf("trial %d: slow waits with idle CPUs: %+v; want two processors on trial", trial, st)
+		}
+		for i := 1; i <= TrialWindows; i++ {
+			now = now.Add(Window)
+			st = Decide(st, dns2, Window, now)
+			if i < TrialWindows && st.Procs != 2 {
+				t.Fatalf("trial %d: back to %d after %d of %d windows", trial, st.Procs, i, TrialWindows)
+			}
+		}
+		if st.Procs != 1 || !st.Blocked.Equal(now.Add(block)) {
+			t.Fatalf("trial %d without gain: %+v; want one processor blocked until %s", trial, st, now.Add(block))
+		}
+		for now.Add(Window).Before(st.Blocked) {
+			now = now.Add(Window)
+			if st = Decide(st, dns1, Window, now); st.Procs != 1 {
+				t.Fatalf("trial %d: scaled up %s before the block ended", trial, st.Blocked.Sub(now))
+			}
+		}
+		now = st.Blocked
+		block *= 2
+	}
+}
+
+// TestDecideTrialWithGainStays: a load that does more at two processors
+// keeps them, and the next block starts over.
+func TestDecideTrialWithGainStays(t *testing.T) {
+	busy := counted(3000, 0.35, 0.95, 1_500)
+	st := State{Procs: 1, Max: 2, BlockFor: 4 * TrialBlock}
+	now := t0.Add(time.Hour)
+	st = Decide(st, busy, Window, now)
+	if st.Procs != 2 {
+		t.Fatalf("busy window at one processor: %+v", st)
+	}
+	more := counted(5000, 0.05, 1.4, 1_700) // 13% more work
+	for range TrialWindows + 2 {
+		now = now.Add(Window)
+		if st = Decide(st, more, Window, now); st.Procs != 2 {
+			t.Fatalf("a trial with gain went back to %d: %+v", st.Procs, st)
+		}
+	}
+	if st.Trial != 0 || st.BlockFor != 0 {
+		t.Fatalf("after the trial: %+v; want it over and the block reset", st)
+	}
+}
+
+// TestDecideWithoutWorkNoTrial: without the work counted the scaler
+// decides as before (all processors stay until the quiet hold).
+func TestDecideWithoutWorkNoTrial(t *testing.T) {
+	st := Decide(State{Procs: 1, Max: 2}, window(3000, 0.35, 0.95), Window, t0.Add(time.Hour))
+	if st.Procs != 2 || st.Trial != 0 {
+		t.Fatalf("%+v; want two processors, no trial", st)
+	}
+	now := t0.Add(time.Hour)
+	for range 3 * TrialWindows {
+		now = now.Add(Window)
+		if st = Decide(st, window(3000, 0.35, 1.0), Window, now); st.Procs != 2 {
+			t.Fatalf("went back to %d without a trial", st.Procs)
+		}
+	}
+}
