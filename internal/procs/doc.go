@@ -58,9 +58,12 @@
 // counts its work (WithWork: a boundary's connections and queries), a
 // return to all processors is a trial: after TrialWindows their rate of
 // work is compared with the rate of the window at one that asked for
-// more, and below TrialGain times it the scaler goes back to one and does
-// not return before TrialBlock has passed (doubling with each such trial
-// in a row, up to HoldMax; a trial with gain starts it over).
+// more, and below TrialGain times it, unless the process used TrialCPU
+// CPUs or more (work side by side that the count does not see: a
+// tunnel's bytes, a supervisor's exec streams), the scaler goes back to
+// one and does not return before TrialBlock has passed (doubling with
+// each such trial in a row, up to HoldMax; a trial with gain starts it
+// over).
 //
 // An operator who sets GOMAXPROCS in the environment keeps it: the scaler
 // does not start (Start logs so at debug). Seams: Sampler (what the window

@@ -58,6 +58,11 @@ const (
 	// one processor found no gain: back to one, and no return to all
 	// before the block (TrialBlock) has passed.
 	TrialGain = 1.05
+	// TrialCPU: a trial in which the process used at least this many CPUs
+	// on average gained too, whatever its count of work: it ran work
+	// side by side that the count does not see (a tunnel's bytes, a
+	// supervisor's exec streams).
+	TrialCPU = 1.25
 	// TrialBlock is how long a trial without gain keeps one processor; it
 	// doubles with each such trial in a row, up to HoldMax.
 	TrialBlock = 10 * time.Second
@@ -113,6 +118,7 @@ type State struct {
 	Rate      float64
 	Trial     int
 	TrialWork uint64
+	TrialCPU  time.Duration
 	TrialTime time.Duration
 	// Blocked: a trial found no gain, so no return to all processors
 	// before this; BlockFor is how long the next such block lasts.
@@ -170,11 +176,11 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 			}
 			st.Procs, st.Quiet = st.Max, 0
 			// With the work counted, all processors are on trial: they
-			// stay only if they do more of it (a load that comes one
-			// piece after another, as DNS queries from one read loop,
-			// waits for one processor now and then, and two only add
-			// hand-offs between threads).
-			st.Trial, st.TrialWork, st.TrialTime = 0, 0, 0
+			// stay only if they do more of it or run more than a CPU's
+			// worth (a load that comes one piece after another, as DNS
+			// queries from one read loop, waits for one processor now
+			// and then, and two only add hand-offs between threads).
+			st.Trial, st.TrialWork, st.TrialCPU, st.TrialTime = 0, 0, 0, 0
 			if w.WorkKnown {
 				st.Rate, st.Trial = float64(w.Work)/length.Seconds(), 1
 			}
@@ -183,11 +189,13 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 		if st.Trial > 0 {
 			if !w.WorkKnown {
 				st.Trial = 0
-			} else if st.TrialWork, st.TrialTime = st.TrialWork+w.Work, st.TrialTime+length; st.Trial < TrialWindows {
+			} else if st.TrialWork, st.TrialCPU, st.TrialTime = st.TrialWork+w.Work, st.TrialCPU+w.CPU, st.TrialTime+length; st.Trial < TrialWindows {
 				st.Trial++
 			} else {
 				st.Trial = 0
-				if float64(st.TrialWork)/st.TrialTime.Seconds() < TrialGain*st.Rate {
+				more := float64(st.TrialWork)/st.TrialTime.Seconds() >= TrialGain*st.Rate
+				parallel := float64(st.TrialCPU)/float64(st.TrialTime) >= TrialCPU
+				if !more && !parallel {
 					st.BlockFor = min(max(2*st.BlockFor, TrialBlock), HoldMax)
 					st.Procs, st.Quiet, st.Down, st.Blocked = 1, 0, now, now.Add(st.BlockFor)
 					return st
@@ -204,7 +212,7 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 		}
 		st.Quiet += length
 		if st.Quiet >= st.Hold {
-			st.Procs, st.Quiet, st.Down = 1, 0, now
+			st.Procs, st.Quiet, st.Down, st.Trial = 1, 0, now, 0
 		}
 	}
 	return st

@@ -540,3 +540,21 @@ func TestDecideWithoutWorkNoTrial(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideTrialKeepsParallelWorkItCannotCount: work the count does not
+// see (bulk tunnels' bytes, exec streams) runs side by side at all
+// processors: the same count of connections, more than 1.25 CPUs used,
+// and all processors stay.
+func TestDecideTrialKeepsParallelWorkItCannotCount(t *testing.T) {
+	st := Decide(State{Procs: 1, Max: 4}, counted(400, 0.3, 0.97, 10), Window, t0.Add(time.Hour))
+	if st.Procs != 4 || st.Trial == 0 {
+		t.Fatalf("%+v; want four processors on trial", st)
+	}
+	now := t0.Add(time.Hour)
+	for range TrialWindows + 2 {
+		now = now.Add(Window)
+		if st = Decide(st, counted(900, 0.05, 1.8, 10), Window, now); st.Procs != 4 {
+			t.Fatalf("work side by side (1.8 CPUs, the same count) went back to %d: %+v", st.Procs, st)
+		}
+	}
+}
