@@ -71,7 +71,7 @@ type (
 // is never handed another.
 type connActor struct {
 	b    *Boundary
-	idle *idleConns
+	idle *idleActors[connActor]
 	// job is the connection handed to this actor and not yet taken up. It
 	// is set before the serveConn message is sent: protoactor drops the
 	// user messages of an actor that stops, so a connection handed to an
@@ -132,7 +132,7 @@ func (a *connActor) Receive(ctx actor.Context) {
 func (a *connActor) done(ctx actor.Context) {
 	a.end()
 	a.connState = connState{}
-	if !a.idle.push(idleConn{pid: ctx.Self(), a: a}) {
+	if !a.idle.push(idleActor[connActor]{pid: ctx.Self(), a: a}) {
 		ctx.Stop(ctx.Self())
 	}
 }

@@ -51,7 +51,6 @@ type (
 type dnsActor struct {
 	b        *Boundary
 	answerer *dnsproxy.Answerer
-	next     uint64
 	udpDone  chan struct{}
 	tcp      *acceptLoop
 	batches  *dnsBatchPool
@@ -137,9 +136,10 @@ func (a *dnsActor) spawnBatch(ctx actor.Context, m *dnsBatch) {
 // spawn starts a query actor (query/N) on the leaves' pool. A failed spawn
 // frees nothing: it only happens when the actor system is shutting down.
 func (a *dnsActor) spawn(ctx actor.Context, act actor.Actor) *actor.PID {
-	a.next++
+	// query/N: N counts the query actors spawned, across restarts (only
+	// this actor spawns them), as conn/N does.
 	pid, err := ctx.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return act }, actor.WithDispatcher(a.b.pool)),
-		"query/"+strconv.FormatUint(a.next, 10))
+		"query/"+strconv.FormatInt(a.b.stats.QueryActors.Load()+1, 10))
 	if err != nil {
 		a.b.cfg.Log.Error().Err(err).Msg("spawn query actor")
 		return nil

@@ -30,18 +30,8 @@ type idleActor[A any] struct {
 	a   *A
 }
 
-// idleConns and idleConn are the proxy actor's stack of conn actors.
-type (
-	idleConns = idleActors[connActor]
-	idleConn  = idleActor[connActor]
-)
-
 func newIdleActors[A any](max int, gauge *atomic.Int64) *idleActors[A] {
 	return &idleActors[A]{max: max, gauge: gauge}
-}
-
-func newIdleConns(max int, gauge *atomic.Int64) *idleConns {
-	return newIdleActors[connActor](max, gauge)
 }
 
 // pop takes the most recent idle actor; false when none waits.

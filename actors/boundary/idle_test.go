@@ -16,8 +16,10 @@ import (
 // gauge follows what waits.
 func TestIdleConnsBounds(t *testing.T) {
 	var gauge atomic.Int64
-	s := newIdleConns(2, &gauge)
-	w := func(n string) idleConn { return idleConn{pid: actor.NewPID("x", "conn/"+n), a: &connActor{}} }
+	s := newIdleActors[connActor](2, &gauge)
+	w := func(n string) idleActor[connActor] {
+		return idleActor[connActor]{pid: actor.NewPID("x", "conn/"+n), a: &connActor{}}
+	}
 	a, b, c := w("1"), w("2"), w("3")
 	if _, ok := s.pop(); ok {
 		t.Fatal("pop of an empty stack returned an actor")
@@ -56,7 +58,7 @@ func TestHandedConnEndedByStopping(t *testing.T) {
 	client, server := net.Pipe()
 	defer client.Close()
 	b.live.add(server)
-	c := &connActor{b: b, idle: newIdleConns(1, &b.stats.IdleConns)}
+	c := &connActor{b: b, idle: newIdleActors[connActor](1, &b.stats.IdleConns)}
 	c.job.Store(&serveConn{conn: server, id: 1})
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))
 	if err := sys.Root.StopFuture(pid).Wait(); err != nil {

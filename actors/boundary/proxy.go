@@ -38,13 +38,13 @@ type (
 type proxyActor struct {
 	b    *Boundary
 	loop *acceptLoop
-	idle *idleConns
+	idle *idleActors[connActor]
 }
 
 func (a *proxyActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.idle = newIdleConns(a.b.cfg.IdleConnActors, &a.b.stats.IdleConns)
+		a.idle = newIdleActors[connActor](a.b.cfg.IdleConnActors, &a.b.stats.IdleConns)
 		if err := a.b.cfg.Injector.Inject(fault.ProxyListen); err != nil {
 			panic(fmt.Errorf("proxy listener: %w", err))
 		}
@@ -103,7 +103,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 // over the limit, or to fail with an injected fault.
 type handOff struct {
 	b       *Boundary
-	idle    *idleConns
+	idle    *idleActors[connActor]
 	sys     *actor.ActorSystem // to send to an idle conn actor
 	toProxy func(any)          // to send to the proxy actor
 	next    uint64             // connections handed over; only the loop's goroutine counts
