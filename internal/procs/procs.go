@@ -112,18 +112,40 @@ type State struct {
 	// IdleSeen.
 	Idle     float64
 	IdleSeen bool
-	// A trial of all processors (see TrialWindows): the work rate of the
-	// window at one that asked for more, and the windows at all of them
-	// so far with the work they did; Trial is 0 when none runs.
-	Rate      float64
-	Trial     int
-	TrialWork uint64
-	TrialCPU  time.Duration
-	TrialTime time.Duration
+	// Trial is the trial of all processors under way (see TrialWindows);
+	// its Rate is 0 when none is (against no work at one processor, all
+	// of them gain anyway).
+	Trial Trial
 	// Blocked: a trial found no gain, so no return to all processors
 	// before this; BlockFor is how long the next such block lasts.
 	Blocked  time.Time
 	BlockFor time.Duration
+}
+
+// Trial is a trial of all processors: the work rate of the window at one
+// that asked for more, and what the windows at all of them have seen so
+// far.
+type Trial struct {
+	Rate    float64 // work a second at one processor
+	Windows int     // windows at all processors so far
+	Work    uint64
+	CPU     time.Duration
+	Time    time.Duration
+}
+
+// add counts a window at all processors; true when it was the last of the
+// trial.
+func (t *Trial) add(w Sample, length time.Duration) bool {
+	t.Windows++
+	t.Work, t.CPU, t.Time = t.Work+w.Work, t.CPU+w.CPU, t.Time+length
+	return t.Windows >= TrialWindows
+}
+
+// gained: all processors did TrialGain times the work of one, or ran
+// TrialCPU CPUs' worth of work the count does not see.
+func (t *Trial) gained() bool {
+	return float64(t.Work)/t.Time.Seconds() >= TrialGain*t.Rate ||
+		float64(t.CPU)/float64(t.Time) >= TrialCPU
 }
 
 // Decide returns the state after the window that just ended (its length
@@ -180,28 +202,21 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 			// worth (a load that comes one piece after another, as DNS
 			// queries from one read loop, waits for one processor now
 			// and then, and two only add hand-offs between threads).
-			st.Trial, st.TrialWork, st.TrialCPU, st.TrialTime = 0, 0, 0, 0
+			st.Trial = Trial{}
 			if w.WorkKnown {
-				st.Rate, st.Trial = float64(w.Work)/length.Seconds(), 1
+				st.Trial.Rate = float64(w.Work) / length.Seconds()
 			}
 		}
 	default:
-		if st.Trial > 0 {
-			if !w.WorkKnown {
-				st.Trial = 0
-			} else if st.TrialWork, st.TrialCPU, st.TrialTime = st.TrialWork+w.Work, st.TrialCPU+w.CPU, st.TrialTime+length; st.Trial < TrialWindows {
-				st.Trial++
-			} else {
-				st.Trial = 0
-				more := float64(st.TrialWork)/st.TrialTime.Seconds() >= TrialGain*st.Rate
-				parallel := float64(st.TrialCPU)/float64(st.TrialTime) >= TrialCPU
-				if !more && !parallel {
-					st.BlockFor = min(max(2*st.BlockFor, TrialBlock), HoldMax)
-					st.Procs, st.Quiet, st.Down, st.Blocked = 1, 0, now, now.Add(st.BlockFor)
-					return st
-				}
-				st.BlockFor = 0 // a gain: the next block starts over
+		if st.Trial.Rate > 0 && w.WorkKnown && st.Trial.add(w, length) {
+			gained := st.Trial.gained()
+			st.Trial = Trial{}
+			if !gained {
+				st.BlockFor = min(max(2*st.BlockFor, TrialBlock), HoldMax)
+				st.Procs, st.Quiet, st.Down, st.Blocked = 1, 0, now, now.Add(st.BlockFor)
+				return st
 			}
+			st.BlockFor = 0 // a gain: the next block starts over
 		}
 		if !judged && !crowded {
 			break // too little seen to judge: the quiet run neither grows nor ends
@@ -212,7 +227,7 @@ func Decide(st State, w Sample, length time.Duration, now time.Time) State {
 		}
 		st.Quiet += length
 		if st.Quiet >= st.Hold {
-			st.Procs, st.Quiet, st.Down, st.Trial = 1, 0, now, 0
+			st.Procs, st.Quiet, st.Down, st.Trial = 1, 0, now, Trial{}
 		}
 	}
 	return st

@@ -479,7 +479,7 @@ func TestDecideTrialWithoutGainGoesBackAndBlocks(t *testing.T) {
 	block := TrialBlock
 	for trial := range 2 {
 		now = now.Add(Window)
-		if st = Decide(st, dns1, Window, now); st.Procs != 2 || st.Trial == 0 {
+		if st = Decide(st, dns1, Window, now); st.Procs != 2 || st.Trial.Rate == 0 {
 			t.Fatalf("trial %d: slow waits with idle CPUs: %+v; want two processors on trial", trial, st)
 		}
 		for i := 1; i <= TrialWindows; i++ {
@@ -520,7 +520,7 @@ func TestDecideTrialWithGainStays(t *testing.T) {
 			t.Fatalf("a trial with gain went back to %d: %+v", st.Procs, st)
 		}
 	}
-	if st.Trial != 0 || st.BlockFor != 0 {
+	if st.Trial != (Trial{}) || st.BlockFor != 0 {
 		t.Fatalf("after the trial: %+v; want it over and the block reset", st)
 	}
 }
@@ -529,7 +529,7 @@ func TestDecideTrialWithGainStays(t *testing.T) {
 // decides as before (all processors stay until the quiet hold).
 func TestDecideWithoutWorkNoTrial(t *testing.T) {
 	st := Decide(State{Procs: 1, Max: 2}, window(3000, 0.35, 0.95), Window, t0.Add(time.Hour))
-	if st.Procs != 2 || st.Trial != 0 {
+	if st.Procs != 2 || st.Trial != (Trial{}) {
 		t.Fatalf("%+v; want two processors, no trial", st)
 	}
 	now := t0.Add(time.Hour)
@@ -547,7 +547,7 @@ func TestDecideWithoutWorkNoTrial(t *testing.T) {
 // and all processors stay.
 func TestDecideTrialKeepsParallelWorkItCannotCount(t *testing.T) {
 	st := Decide(State{Procs: 1, Max: 4}, counted(400, 0.3, 0.97, 10), Window, t0.Add(time.Hour))
-	if st.Procs != 4 || st.Trial == 0 {
+	if st.Procs != 4 || st.Trial.Rate == 0 {
 		t.Fatalf("%+v; want four processors on trial", st)
 	}
 	now := t0.Add(time.Hour)
