@@ -422,6 +422,34 @@ func TestSharedSocketHolders(t *testing.T) {
 	}
 }
 
+// TestSharedSocketOwnerNewestAcrossWrap: of a socket's holders, the owner
+// is the one whose pid was allocated last, by the pid cursor and not by
+// the larger number: after a wrap-around the newer process has the
+// smaller pid (CI met this: the child 351, the test process 32678).
+func TestSharedSocketOwnerNewestAcrossWrap(t *testing.T) {
+	server, child, _ := sharedWithChild(t)
+	self, kid := os.Getpid(), child.Process.Pid
+	pids := func() ([]int, error) { return []int{self, kid}, nil }
+	low, high := min(self, kid), max(self, kid)
+	for _, tc := range []struct {
+		name   string
+		cursor int
+		want   int
+	}{
+		{"no wrap since both", high, high},
+		{"the larger pid allocated before a wrap", low, low},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newResolver(t, WithPids(pids))
+			r.proc.cursor = func() int { return tc.cursor }
+			id := resolve(t, r, server)
+			if id.Pid != tc.want || len(id.Holders) != 2 || id.Holders[0].Pid != tc.want {
+				t.Fatalf("cursor %d: owner %d holders %+v, want %d (allocated last) first of both", tc.cursor, id.Pid, id.Holders, tc.want)
+			}
+		})
+	}
+}
+
 // TestTrustedNeverScanned: the trusted process (a sandbox's init) is not
 // read for holders. A socket the trusted process and a child share names
 // only the child; a socket only the trusted process holds has no owner

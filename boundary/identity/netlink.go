@@ -418,7 +418,7 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		r.proc.t.release(h, false)
 		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
 	}
-	slices.SortFunc(pids, func(a, b int) int { return b - a })
+	pids = r.newestFirst(pids)
 	if !cached {
 		for _, pid := range r.cache.recent() {
 			if !slices.Contains(pids, pid) {
@@ -482,6 +482,15 @@ func (r *Netlink) candidates() ([]int, error) {
 		return r.cands.list(r.pids)
 	}
 	return r.pids()
+}
+
+// newestFirst returns a copy of pids ordered from the most to the least
+// recently allocated, by the pid cursor where it is known (a wrap-around
+// gives a newer process a smaller pid), else by descending pid.
+func (r *Netlink) newestFirst(pids []int) []int {
+	pids = slices.Clone(pids)
+	newestFirst(pids, r.proc.cursor())
+	return pids
 }
 
 // scanMember scans one member of a sandbox for inode, as scanFds does,
@@ -560,8 +569,7 @@ func (r *Netlink) owner(inode uint32) (fdRef, *procHandle, error) {
 	if err != nil {
 		return fdRef{}, nil, fmt.Errorf("candidate pids: %w", err)
 	}
-	pids = append([]int(nil), pids...)
-	newestFirst(pids, r.proc.lastPid())
+	pids = r.newestFirst(pids)
 	for _, pid := range r.cache.order(pids) {
 		if slices.Contains(tried, pid) {
 			continue

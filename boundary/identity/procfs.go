@@ -21,10 +21,19 @@ type procFS struct {
 	// stopAt ends ancestor walks below this pid (0: walk to pid 1).
 	stopAt int
 	t      *procTable
+	// cursor is the last pid allocated in the numbering of the pids read
+	// under root, 0 when unknown (the seam the ordering tests set).
+	cursor func() int
 }
 
 func newProcFS(root string, stopAt int) procFS {
-	return procFS{root: root, stopAt: stopAt, t: newProcTable(root)}
+	p := procFS{root: root, stopAt: stopAt, t: newProcTable(root), cursor: func() int { return 0 }}
+	// loadavg names the last pid of the reader's pid namespace, not of the
+	// proc mount's: it numbers the pids under the host's /proc only.
+	if root == "/proc" {
+		p.cursor = p.lastPid
+	}
+	return p
 }
 
 func (p procFS) path(pid int, rest string) string {

@@ -102,7 +102,7 @@ func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	slices.SortFunc(pids, func(a, b int) int { return b - a })
+	pids = r.newestFirst(pids)
 	var others []int
 	r.scanCandidates(pids, c.Inode, c.Pid, func(pid, _ int, held *procHandle) bool {
 		r.proc.t.release(held, false)
