@@ -169,7 +169,13 @@ const (
 // class, activity, action, disposition and severity (denials are Medium,
 // allowed decisions Informational).
 func NewDecision(class Class, allowed bool, r reason.Code) Event {
-	e := Event{Time: time.Now(), ClassUID: class, ClassName: class.String(), Reason: r}
+	return NewDecisionAt(time.Now(), class, allowed, r)
+}
+
+// NewDecisionAt is NewDecision at a time the caller read: once for the
+// queries of one DNS batch.
+func NewDecisionAt(t time.Time, class Class, allowed bool, r reason.Code) Event {
+	e := Event{Time: t, ClassUID: class, ClassName: class.String(), Reason: r}
 	switch class {
 	case ClassDNS:
 		e.ActivityID, e.ActivityName = ActivityQuery, "Query"

@@ -53,10 +53,10 @@ func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...L
 	return d
 }
 
-// allow reports whether one more denial line may be written now; when not,
-// the denial is counted and its window's report is scheduled.
-func (d *DenialLimit) allow() bool {
-	now := d.clock.Now()
+// allow reports whether one more denial line may be written at now (read
+// by the caller, once for a batch); when not, the denial is counted and
+// its window's report is scheduled.
+func (d *DenialLimit) allow(now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// A new window, also when the clock went back (this VM's can jump).

@@ -123,47 +123,72 @@ func (b *Bufs) put(buf *bytes.Buffer) {
 type EventsWriter interface{ WriteEvents(p []byte) error }
 
 // Record implements Sink.
-func (l LogSink) Record(e Event) { l.record(l.Log, &e) }
+func (l LogSink) Record(e Event) {
+	if lvl, ok := l.level(&e, l.now()); ok {
+		l.write(l.Log, lvl, &e)
+	}
+}
 
-func (l LogSink) record(log zerolog.Logger, e *Event) bool {
-	var ev *zerolog.Event
+// now is the time a denial is counted at (DenialLimit): read once per
+// Record or RecordBatch, not per event. Zero without a limit.
+func (l LogSink) now() time.Time {
+	if l.Denials == nil {
+		return time.Time{}
+	}
+	return l.Denials.clock.Now()
+}
+
+// level is the level of e's line; false when e is not logged: a denial
+// over the limit (counted at now), or a level the log does not write.
+func (l LogSink) level(e *Event, now time.Time) (zerolog.Level, bool) {
+	lvl := zerolog.InfoLevel
 	switch {
 	case e.ActionID == ActionDenied:
-		if l.Denials != nil && !l.Denials.allow() {
-			return false
+		if l.Denials != nil && !l.Denials.allow(now) {
+			return lvl, false
 		}
-		ev = log.Warn()
+		lvl = zerolog.WarnLevel
 	case l.AllowedAtDebug && e.ActionID == ActionAllowed:
-		ev = log.Debug()
-	default:
-		ev = log.Info()
+		lvl = zerolog.DebugLevel
 	}
-	if !ev.Enabled() {
-		return false
-	}
+	return lvl, lvl >= l.Log.GetLevel() && lvl >= zerolog.GlobalLevel()
+}
+
+func (l LogSink) write(log zerolog.Logger, lvl zerolog.Level, e *Event) {
 	var line [256]byte // most lines fit: one allocation, the string
-	ev.Str("component", "audit").Msg(string(e.AppendLine(line[:0])))
-	return true
+	log.WithLevel(lvl).Str("component", "audit").Msg(string(e.AppendLine(line[:0])))
 }
 
 // RecordBatch implements BatchSink: one log line per event, as Record; with
-// Out, the lines leave together.
+// Out, the lines leave together. A batch none of whose events is logged
+// (allowed ones at debug, denials over the limit) costs no logger.
 func (l LogSink) RecordBatch(events []Event) {
+	now := l.now()
 	if l.Out == nil || len(events) < 2 {
 		for i := range events {
-			l.record(l.Log, &events[i])
+			if lvl, ok := l.level(&events[i], now); ok {
+				l.write(l.Log, lvl, &events[i])
+			}
 		}
 		return
 	}
-	buf := l.Bufs.get()
-	defer l.Bufs.put(buf)
-	log, n := l.Log.Output(buf), 0
+	var (
+		buf *bytes.Buffer
+		log zerolog.Logger
+	)
 	for i := range events {
-		if l.record(log, &events[i]) {
-			n++
+		lvl, ok := l.level(&events[i], now)
+		if !ok {
+			continue
 		}
+		if buf == nil {
+			buf = l.Bufs.get()
+			defer l.Bufs.put(buf)
+			log = l.Log.Output(buf)
+		}
+		l.write(log, lvl, &events[i])
 	}
-	if n > 0 {
+	if buf != nil {
 		// A failed write is lost as a logger's own would be: the log is
 		// where it would be said. WriteEvents keeps nothing of buf.
 		_ = l.Out.WriteEvents(buf.Bytes())

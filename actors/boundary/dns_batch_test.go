@@ -488,6 +488,26 @@ func TestDNSBatchReadsAndWritesForReal(t *testing.T) {
 	if q, n := e.b.Stats().Queries.Load(), e.audit.len(); q != clients*each || n != clients*each {
 		t.Fatalf("%d queries counted, %d audited, want %d", q, n, clients*each)
 	}
+	// Each kept event still says its own query and client: the events of a
+	// batch point into one array of its own, which no later batch reuses.
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	seen := map[string]bool{}
+	for _, ev := range e.audit.all {
+		q, src := ev.Query, ev.Src
+		if q == nil || src == nil {
+			t.Fatalf("event without query or source: %+v", ev)
+		}
+		allowed := q.Hostname == "ok.test"
+		if want := map[bool]string{true: "NOERROR", false: "REFUSED"}[allowed]; q.Rcode != want || (ev.ActionID == audit.ActionAllowed) != allowed {
+			t.Fatalf("event %s %s action %s: the query's parts were overwritten", q.Hostname, q.Rcode, ev.ActionName)
+		}
+		if key := fmt.Sprintf("%d %s", src.Port, q.Hostname); !allowed && seen[key] {
+			t.Fatalf("two events of client port %d for %s", src.Port, q.Hostname)
+		} else {
+			seen[key] = true
+		}
+	}
 }
 
 // TestNewBatchConn: batch I/O for IPv4 UDP sockets only.
