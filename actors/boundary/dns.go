@@ -55,7 +55,7 @@ type dnsActor struct {
 	tcp      *acceptLoop
 	batches  *dnsBatchPool
 	idle     *idleActors[dnsBatchActor] // batch actors waiting for a batch
-	bc       batchConn                  // the UDP socket's batch reads and writes; nil: none
+	bc       *mmsgConn                  // the UDP socket's batch reads and writes; nil: none
 	local    bool                       // the upstream answers from memory: a batch never hands off for it
 }
 
@@ -102,7 +102,7 @@ func (a *dnsActor) admit(m *dnsBatch) {
 	kept := m.qs[:0]
 	for _, q := range m.qs {
 		if int(a.b.inflight.Load()) >= a.b.cfg.MaxConns {
-			pc, addr := a.b.cfg.DNSPacket, q.addr
+			pc, addr := a.b.cfg.DNSPacket, q.netAddr()
 			a.b.refuseQuery(&dnsPacket{pkt: q.pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
 				_, err := pc.WriteTo(b, addr)
 				return err

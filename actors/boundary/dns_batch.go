@@ -14,7 +14,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
 	"github.com/stockade-dev/stockade/audit"
@@ -56,15 +55,26 @@ const (
 // udpQuery is one datagram of a batch.
 type udpQuery struct {
 	pkt  []byte
-	addr net.Addr       // the client, where the reply goes
-	from netip.AddrPort // the client, for the audit event
-	cut  bool           // longer than dnsMaxUDPQuery: only its start was read
+	addr net.Addr              // the client, where the reply goes (read one at a time)
+	sa   unix.RawSockaddrInet4 // the client, where the reply goes (read in a batch)
+	from netip.AddrPort        // the client, for the audit event
+	cut  bool                  // longer than dnsMaxUDPQuery: only its start was read
 }
 
-// udpReply is a reply waiting to be sent.
+// netAddr is where a reply to q goes, for a write of one datagram.
+func (q *udpQuery) netAddr() net.Addr {
+	if q.addr != nil {
+		return q.addr
+	}
+	return sockaddrUDP(&q.sa)
+}
+
+// udpReply is a reply waiting to be sent, to addr (one datagram at a
+// time) or sa (in a batch).
 type udpReply struct {
 	b    []byte
 	addr net.Addr
+	sa   unix.RawSockaddrInet4
 }
 
 // dnsBatch is the datagrams of one read and, while a batch actor answers
@@ -80,14 +90,22 @@ type dnsBatch struct {
 	mu      sync.Mutex // guards pending, events and the write buffers
 	pending []udpReply
 	events  []audit.Event // recorded before the replies leave, in one batch
-	msgs    []ipv4.Message
-	iov     [][]byte
+	mm      *mmsgBufs     // the batch write's system-call structures
 }
 
+// add appends a datagram read one at a time.
 func (b *dnsBatch) add(pkt []byte, addr net.Addr, cut bool) {
 	start := len(b.arena)
 	b.arena = append(b.arena, pkt...)
-	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], addr: addr, from: udpAddrPort(addr), cut: cut})
+	from := udpAddrPort(addr)
+	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], addr: addr, sa: sockaddrOf(from), from: from, cut: cut})
+}
+
+// addRead appends a datagram of a batch read, from the client sa.
+func (b *dnsBatch) addRead(pkt []byte, sa *unix.RawSockaddrInet4, cut bool) {
+	start := len(b.arena)
+	b.arena = append(b.arena, pkt...)
+	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], sa: *sa, from: sockaddrAddrPort(sa), cut: cut})
 }
 
 // dnsBatchPool recycles batches and their buffers. It belongs to one dns
@@ -104,8 +122,6 @@ func (p *dnsBatchPool) get() *dnsBatch {
 func (p *dnsBatchPool) put(b *dnsBatch) {
 	clear(b.qs)
 	clear(b.pending)
-	clear(b.msgs)
-	clear(b.iov)
 	b.qs, b.arena, b.out, b.pending = b.qs[:0], b.arena[:0], b.out[:0], b.pending[:0]
 	clear(b.events)
 	b.events = b.events[:0]
@@ -113,44 +129,17 @@ func (p *dnsBatchPool) put(b *dnsBatch) {
 	p.p.Put(b)
 }
 
-// batchConn reads and writes several datagrams per system call.
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
-}
-
-// newBatchConn returns pc as a batchConn, or nil when it cannot be one: not
-// a UDP socket, or not an IPv4 one (x/net writes an IPv4-mapped client
-// address of a dual-stack socket as an AF_INET address, which the kernel
-// refuses; those sockets read and write one datagram at a time).
-func newBatchConn(pc net.PacketConn) batchConn {
-	uc, ok := pc.(*net.UDPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	domain := -1
-	if err := rc.Control(func(fd uintptr) {
-		domain, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN)
-	}); err != nil || domain != unix.AF_INET {
-		return nil
-	}
-	return ipv4.NewPacketConn(uc)
-}
-
 // readUDPBatches is the UDP read loop with recvmmsg: each read becomes one
 // dnsBatch sent to the dns actor.
-func (a *dnsActor) readUDPBatches(bc batchConn, send func(any)) {
-	msgs := make([]ipv4.Message, dnsBatchMax)
+func (a *dnsActor) readUDPBatches(bc *mmsgConn, send func(any)) {
+	var mm mmsgBufs
+	bufs := make([][]byte, dnsBatchMax)
 	buf := make([]byte, dnsBatchMax*dnsMaxUDPQuery)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{buf[i*dnsMaxUDPQuery : (i+1)*dnsMaxUDPQuery]}
+	for i := range bufs {
+		bufs[i] = buf[i*dnsMaxUDPQuery : (i+1)*dnsMaxUDPQuery]
 	}
 	for {
-		n, err := bc.ReadBatch(msgs, 0)
+		n, err := bc.recv(&mm, bufs)
 		if err != nil {
 			if a.readFailed(err, send) {
 				return
@@ -159,9 +148,8 @@ func (a *dnsActor) readUDPBatches(bc batchConn, send func(any)) {
 		}
 		b := a.batches.get()
 		for i := range n {
-			m := &msgs[i]
-			b.add(m.Buffers[0][:m.N], m.Addr, m.Flags&unix.MSG_TRUNC != 0)
-			m.Addr = nil
+			h := &mm.hdrs[i]
+			b.addRead(bufs[i][:min(int(h.n), dnsMaxUDPQuery)], &mm.names[i], h.hdr.Flags&unix.MSG_TRUNC != 0)
 		}
 		send(b)
 	}
@@ -196,7 +184,7 @@ type dnsBatchActor struct {
 	answerer *dnsproxy.Answerer
 	local    bool // the upstream answers from memory (never blocks)
 	pc       net.PacketConn
-	bc       batchConn // nil: write one datagram at a time
+	bc       *mmsgConn // nil: write one datagram at a time
 	send     func(any) // to the dns actor
 	pool     *dnsBatchPool
 	idle     *idleActors[dnsBatchActor]
@@ -359,7 +347,7 @@ func (a *dnsBatchActor) queue(r *queryRun) {
 	if r.reply != nil {
 		bt := a.batch
 		bt.mu.Lock()
-		bt.pending = append(bt.pending, udpReply{b: r.reply, addr: r.q.addr})
+		bt.pending = append(bt.pending, udpReply{b: r.reply, addr: r.q.addr, sa: r.q.sa})
 		bt.mu.Unlock()
 	}
 	r.settled = true
@@ -372,7 +360,7 @@ func (a *dnsBatchActor) queue(r *queryRun) {
 func (a *dnsBatchActor) handoff(r *queryRun, pending *dnsproxy.Outcome) {
 	q := r.q
 	pkt := bytes.Clone(q.pkt) // the batch's arena is recycled
-	pc, addr := a.pc, q.addr
+	pc, addr := a.pc, q.netAddr()
 	a.send(&dnsHandoff{q: &dnsPacket{pkt: pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
 		_, err := pc.WriteTo(b, addr)
 		return err
@@ -550,19 +538,32 @@ func (a *dnsBatchActor) flush(bt *dnsBatch) {
 		bt.pending = bt.pending[:0]
 		return
 	}
-	for i := 0; i < len(bt.pending); {
-		n := min(len(bt.pending)-i, dnsBatchMax)
-		if len(bt.msgs) < n {
-			bt.msgs, bt.iov = make([]ipv4.Message, dnsBatchMax), make([][]byte, dnsBatchMax)
+	if len(bt.pending) == 0 {
+		return
+	}
+	if bt.mm == nil {
+		bt.mm = new(mmsgBufs) // kept with the batch in its pool
+	}
+	// A reply without a sockaddr (a client that is no IPv4 address) goes
+	// out on its own. The others are kept in place (only replies already
+	// looked at are overwritten).
+	batched := bt.pending[:0]
+	for _, r := range bt.pending {
+		if r.sa.Family != unix.AF_INET {
+			if _, err := a.pc.WriteTo(r.b, r.addr); err != nil {
+				a.b.cfg.Log.Debug().Err(err).Msg("send dns reply")
+			}
+			continue
 		}
-		msgs := bt.msgs[:n]
-		for j := range msgs {
-			r := &bt.pending[i+j]
-			bt.iov[j] = r.b
-			msgs[j] = ipv4.Message{Buffers: bt.iov[j : j+1 : j+1], Addr: r.addr}
+		batched = append(batched, r)
+	}
+	for i := 0; i < len(batched); {
+		n := min(len(batched)-i, dnsBatchMax)
+		for j := range n {
+			r := &batched[i+j]
+			bt.mm.setOut(j, r.b, &r.sa)
 		}
-		sent, err := a.bc.WriteBatch(msgs, 0)
-		sent = max(sent, 0)
+		sent, err := a.bc.send(bt.mm, n)
 		if err != nil {
 			a.b.cfg.Log.Debug().Err(err).Msg("send dns replies")
 			if errors.Is(err, net.ErrClosed) {
@@ -570,8 +571,9 @@ func (a *dnsBatchActor) flush(bt *dnsBatch) {
 			}
 			sent++ // skip the reply the kernel refused
 		}
-		i += min(sent, n)
+		i += sent
 	}
+	clear(bt.mm.iovs[:]) // no reply's bytes stay reachable
 	clear(bt.pending)
 	bt.pending = bt.pending[:0]
 }
