@@ -383,6 +383,29 @@ func TestAppendJSONEscapes(t *testing.T) {
 	}
 }
 
+// TestAppendStringEveryByteAnywhere: each byte value, and a few runes, at
+// each position of a string is written as encoding/json writes it.
+func TestAppendStringEveryByteAnywhere(t *testing.T) {
+	base := "abcdefghijklmnopqrst"
+	var odd []string
+	for c := range 256 {
+		odd = append(odd, string([]byte{byte(c)}))
+	}
+	odd = append(odd, "\u2028", "\u2029", "é", "😀", "\xc3")
+	for _, o := range odd {
+		for i := 0; i <= len(base); i++ {
+			in := base[:i] + o + base[i:]
+			want, err := json.Marshal(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendString(nil, in); !bytes.Equal(got, want) {
+				t.Fatalf("appendString(%q) = %s, want %s", in, got, want)
+			}
+		}
+	}
+}
+
 // BenchmarkAppendJSON compares the encoder with json.Marshal on the
 // boundary's two common events.
 func BenchmarkAppendJSON(b *testing.B) {

@@ -13,37 +13,57 @@ import (
 )
 
 // Pool is an elastic worker pool implementing actor.Dispatcher.
+//
+// An idle worker waits on a channel of its own, in a stack (the most
+// recently busy on top: its stack and caches are the warmest): a job
+// is handed to one worker with a plain send, and the worker waits with a
+// plain receive. One shared channel that every idle worker selected on,
+// each with an idle timer and a quit channel beside it, cost a
+// three-way select per job (sellock of three channels) in every mailbox
+// run. Idle workers retire through one timer per pool, not one per
+// worker.
 type Pool struct {
-	work       chan func()
 	throughput int
 	idle       time.Duration
 	max        int
-	quit       chan struct{}
-	mu         sync.Mutex
-	workers    int
-	closed     bool
+
+	mu      sync.Mutex
+	waiting []idleWorker // the idle workers, oldest first
+	workers int          // busy and idle
+	closed  bool
+	reaper  *time.Timer // retires the workers idle past idle; nil until needed
+	armed   bool        // reaper will fire
+}
+
+// idleWorker is a worker waiting for a job, and since when.
+type idleWorker struct {
+	jobs  chan func() // buffered 1: a hand-off never blocks; nil retires it
+	since time.Time
 }
 
 // NewPool returns a pool keeping at most max warm workers; a worker idle
 // for between idle and twice idle exits. throughput is how many messages a
 // mailbox processes per run before yielding (protoactor's default is 300).
 func NewPool(max int, idle time.Duration, throughput int) *Pool {
-	return &Pool{work: make(chan func()), quit: make(chan struct{}), throughput: throughput, idle: idle, max: max}
+	return &Pool{throughput: throughput, idle: idle, max: max}
 }
 
 // Schedule runs fn on an idle warm worker, or on a new worker when the pool
 // is below max, or else on a fresh goroutine.
 func (p *Pool) Schedule(fn func()) {
-	select {
-	case p.work <- fn:
-		return
-	default:
-	}
 	p.mu.Lock()
+	if n := len(p.waiting); n > 0 {
+		w := p.waiting[n-1]
+		p.waiting[n-1] = idleWorker{}
+		p.waiting = p.waiting[:n-1]
+		p.mu.Unlock()
+		w.jobs <- fn
+		return
+	}
 	if p.workers < p.max && !p.closed {
 		p.workers++
 		p.mu.Unlock()
-		go p.worker(fn)
+		go p.worker(make(chan func(), 1), fn)
 		return
 	}
 	p.mu.Unlock()
@@ -60,47 +80,77 @@ func (p *Pool) Workers() int {
 	return p.workers
 }
 
-// worker runs fn and then whatever work comes, and retires after idle to
-// twice idle without work. Its timer is not reset per job (two timer
-// operations per mailbox run): when it fires, a worker that has run
-// anything since the last firing re-arms it and stays.
-func (p *Pool) worker(fn func()) {
-	t := time.NewTimer(p.idle)
-	defer t.Stop()
-	for {
+// worker runs fn, then each job handed to it, until it is retired (a nil
+// job) or finds the pool closed.
+func (p *Pool) worker(jobs chan func(), fn func()) {
+	for fn != nil {
 		fn()
-		busy := true
-	wait:
-		select {
-		case fn = <-p.work:
-			continue
-		case <-t.C:
-			if busy {
-				busy = false
-				t.Reset(p.idle)
-				goto wait
-			}
-			p.retire()
-			return
-		case <-p.quit:
-			p.retire()
+		if !p.wait(jobs) {
 			return
 		}
+		fn = <-jobs
 	}
 }
 
-func (p *Pool) retire() {
+// wait puts a worker that finished its job on the idle stack; false when
+// the pool is closed (the worker exits).
+func (p *Pool) wait(jobs chan func()) bool {
+	now := time.Now()
 	p.mu.Lock()
-	p.workers--
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.closed {
+		p.workers--
+		return false
+	}
+	p.waiting = append(p.waiting, idleWorker{jobs: jobs, since: now})
+	if !p.armed {
+		p.armed = true
+		if p.reaper == nil {
+			p.reaper = time.AfterFunc(p.idle, p.reap)
+		} else {
+			p.reaper.Reset(p.idle)
+		}
+	}
+	return true
 }
 
-// Close makes idle workers exit; later work runs on fresh goroutines.
+// reap retires the workers idle for idle or longer (the oldest, at the
+// bottom of the stack), and fires again when the oldest left would be.
+func (p *Pool) reap() {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for n < len(p.waiting) && now.Sub(p.waiting[n].since) >= p.idle {
+		p.waiting[n].jobs <- nil
+		n++
+	}
+	p.workers -= n
+	rest := copy(p.waiting, p.waiting[n:])
+	clear(p.waiting[rest:])
+	p.waiting = p.waiting[:rest]
+	p.armed = rest > 0 && !p.closed
+	if p.armed {
+		p.reaper.Reset(p.waiting[0].since.Add(p.idle).Sub(now))
+	}
+}
+
+// Close retires the idle workers; busy ones exit when their job returns.
+// Schedule still runs work after Close, on fresh goroutines.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		close(p.quit)
+	if p.closed {
+		return
 	}
+	p.closed = true
+	for _, w := range p.waiting {
+		w.jobs <- nil
+	}
+	p.workers -= len(p.waiting)
+	p.waiting = nil
+	if p.reaper != nil {
+		p.reaper.Stop()
+	}
+	p.armed = false
 }

@@ -53,3 +53,30 @@ func TestIdleWorkersRetire(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestLightLoadKeepsOneWorker: after a burst of three workers, a job every
+// 10 ms goes to the most recently idle worker each time, so the other two
+// age out (a pool whose idle workers took turns kept all three warm).
+func TestLightLoadKeepsOneWorker(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := NewPool(8, 100*time.Millisecond, 10)
+	defer p.Close()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		p.Schedule(func() { defer wg.Done(); <-release })
+	}
+	close(release)
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Workers() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm workers under a job every 10 ms, want 1", p.Workers())
+		}
+		done := make(chan struct{})
+		p.Schedule(func() { close(done) })
+		<-done
+		time.Sleep(10 * time.Millisecond)
+	}
+}
