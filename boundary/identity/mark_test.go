@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -63,5 +64,28 @@ func TestSyncMark(t *testing.T) {
 	ev.sync(p.t, w, nil)
 	if got := ev.drains.Load(); got != after+1 || len(w.exits) == 0 {
 		t.Fatalf("unmarked sync: drains %d (want %d), applied %v", got, after+1, w.exits)
+	}
+}
+
+// TestForkedLastIsThePidCursor: a drain keeps the pid of the last fork it
+// applied, the cursor a lookup orders a socket's holders by, so the
+// events spare a read of /proc/loadavg per lookup; a child started now
+// sorts before this process by it, across a pid wrap-around too.
+func TestForkedLastIsThePidCursor(t *testing.T) {
+	ev, p := eventsTable(t, eventsQueueBytes)
+	ev.sync(p.t, nil, nil)
+	cmd := exec.Command(lookPath(t, "true"))
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ev.sync(p.t, nil, nil)
+	last := int(ev.forkedLast.Load())
+	if last == 0 {
+		t.Fatal("no fork seen after a child was started")
+	}
+	pids := []int{os.Getpid(), cmd.Process.Pid}
+	newestFirst(pids, last)
+	if pids[0] != cmd.Process.Pid {
+		t.Fatalf("by the events' cursor %d: %v, want the child %d first", last, pids, cmd.Process.Pid)
 	}
 }

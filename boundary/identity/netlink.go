@@ -174,6 +174,17 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		r.eventsErr = fmt.Errorf("identity: process events number processes as the host does; not used with proc root %s", c.procRoot)
 	default:
 		r.proc.t.events, r.eventsErr = openProcEvents(250*time.Millisecond, eventsQueueBytes)
+		if ev := r.proc.t.events; ev != nil {
+			// The pid cursor from the forks the events show, once one was
+			// seen: no read of /proc/loadavg per lookup.
+			loadavg := r.proc.cursor
+			r.proc.cursor = func() int {
+				if last := ev.forkedLast.Load(); last > 0 {
+					return int(last)
+				}
+				return loadavg()
+			}
+		}
 	}
 	if r.pids == nil {
 		r.pids = r.proc.allPids

@@ -53,6 +53,11 @@ type procEvents struct {
 	// applied every event queued before it, so that lookup needs no drain
 	// of its own.
 	drains atomic.Uint64
+	// forkedLast is the pid of the last task (process or thread) whose fork
+	// a drain applied, the pid cursor the events show (/proc/loadavg's
+	// last field, without reading it); 0 until a fork was seen and after
+	// events were lost.
+	forkedLast atomic.Int64
 }
 
 // openProcEvents subscribes to process events and checks that their pids
@@ -203,6 +208,7 @@ func (e *procEvents) sync(t *procTable, w eventWatcher, mark *Mark) {
 	e.drains.Add(1)
 	for {
 		if e.broken || e.fd < 0 {
+			e.forkedLast.Store(0)
 			t.forgetAll()
 			if w != nil {
 				w.lost()
@@ -217,6 +223,7 @@ func (e *procEvents) sync(t *procTable, w eventWatcher, mark *Mark) {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ENOBUFS): // events were lost; the queue goes on
+			e.forkedLast.Store(0)
 			t.forgetAll()
 			if w != nil {
 				w.lost()
@@ -243,6 +250,7 @@ func (e *procEvents) sync(t *procTable, w eventWatcher, mark *Mark) {
 			if !ok {
 				continue
 			}
+			e.forkedLast.Store(int64(child))
 			t.forked(int(parent))               // a child may share its descriptor table
 			if w != nil && child == childTgid { // a process, not a thread
 				w.forked(int(parent), int(child))

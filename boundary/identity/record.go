@@ -102,7 +102,10 @@ func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	pids = r.newestFirst(pids)
+	// Descending, not by the pid cursor (holders): the order only lists
+	// the other holders, the connector being the owner.
+	slices.Sort(pids)
+	slices.Reverse(pids)
 	var others []int
 	r.scanCandidates(pids, c.Inode, c.Pid, func(pid, _ int, held *procHandle) bool {
 		r.proc.t.release(held, false)
