@@ -59,7 +59,14 @@ func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...L
 func (d *DenialLimit) allow(now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// A new window, also when the clock went back (this VM's can jump).
+	// A time a little before the window's start was read before another
+	// caller opened it (the time is read once per batch, outside the
+	// lock): it counts in the window. A clock that went back by a window
+	// or more (this VM's can jump) starts a new one, as does the window's
+	// end.
+	if now.Before(d.start) && d.start.Sub(now) < d.window {
+		now = d.start
+	}
 	if now.Before(d.start) || now.Sub(d.start) >= d.window {
 		d.start, d.logged = now, 0
 	}

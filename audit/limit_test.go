@@ -128,6 +128,30 @@ func TestDenialLimitClockGoingBack(t *testing.T) {
 	}
 }
 
+// A time read a little before the current window opened (a batch's, read
+// once before its events) counts in that window: it neither opens a new
+// one nor lets more lines through.
+func TestDenialLimitLateBatchTime(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	start := time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	limit := NewDenialLimit(log, 2, time.Minute, WithLimitClock(c))
+	for range 3 {
+		limit.allow(start.Add(time.Minute)) // opens the window at 17:01
+	}
+	late := start.Add(time.Minute - time.Millisecond) // read before 17:01, used after
+	for i := range 2 {
+		if limit.allow(late) {
+			t.Fatalf("late denial %d let through: the window was reset", i+1)
+		}
+	}
+	limit.Flush()
+	if !strings.Contains(buf.String(), `"denialsNotLogged":3`) {
+		t.Fatalf("report %q, want 3 denials not logged", buf.String())
+	}
+}
+
 // Without a limit every denial is logged (the log is the only record).
 func TestLogSinkWithoutLimitLogsEveryDenial(t *testing.T) {
 	var buf bytes.Buffer

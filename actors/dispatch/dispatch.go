@@ -42,8 +42,9 @@ type idleWorker struct {
 }
 
 // NewPool returns a pool keeping at most max warm workers; a worker idle
-// for between idle and twice idle exits. throughput is how many messages a
-// mailbox processes per run before yielding (protoactor's default is 300).
+// for idle exits (the pool's timer retires it). throughput is how many
+// messages a mailbox processes per run before yielding (protoactor's
+// default is 300).
 func NewPool(max int, idle time.Duration, throughput int) *Pool {
 	return &Pool{throughput: throughput, idle: idle, max: max}
 }

@@ -441,7 +441,7 @@ func TestSharedSocketOwnerNewestAcrossWrap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newResolver(t, WithPids(pids))
-			r.proc.cursor = func() int { return tc.cursor }
+			r.proc.cursor = func([]int) int { return tc.cursor }
 			id := resolve(t, r, server)
 			if id.Pid != tc.want || len(id.Holders) != 2 || id.Holders[0].Pid != tc.want {
 				t.Fatalf("cursor %d: owner %d holders %+v, want %d (allocated last) first of both", tc.cursor, id.Pid, id.Holders, tc.want)

@@ -89,3 +89,23 @@ func TestForkedLastIsThePidCursor(t *testing.T) {
 		t.Fatalf("by the events' cursor %d: %v, want the child %d first", last, pids, cmd.Process.Pid)
 	}
 }
+
+// TestStaleForkCursorFallsBack: a candidate above the events' cursor (a
+// process forked since the last drain) is not taken for one allocated
+// before a wrap-around: the order falls back to /proc/loadavg's cursor.
+func TestStaleForkCursorFallsBack(t *testing.T) {
+	cmd := exec.Command(lookPath(t, "sleep"), "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	self, kid := os.Getpid(), cmd.Process.Pid
+	r := newResolver(t, WithPids(func() ([]int, error) { return []int{self, kid}, nil }))
+	if err := r.ProcEvents(); err != nil {
+		unavailable(t, "process events: %v", err)
+	}
+	r.proc.t.events.forkedLast.Store(int64(min(self, kid))) // the drain before the child's fork
+	if got := r.newestFirst([]int{self, kid}); got[0] != kid {
+		t.Fatalf("with the events' cursor %d behind the child %d: %v, want the child first", min(self, kid), kid, got)
+	}
+}

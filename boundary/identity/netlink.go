@@ -175,14 +175,18 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	default:
 		r.proc.t.events, r.eventsErr = openProcEvents(250*time.Millisecond, eventsQueueBytes)
 		if ev := r.proc.t.events; ev != nil {
-			// The pid cursor from the forks the events show, once one was
-			// seen: no read of /proc/loadavg per lookup.
+			// The pid cursor from the forks the events show: no read of
+			// /proc/loadavg per lookup. Only when no candidate is above it:
+			// a process forked since the last drain (or whose fork event
+			// came after a later pid's, from another CPU) would otherwise
+			// pass for one allocated before a wrap-around. Then, and until
+			// a fork was seen, loadavg, read after the candidates were.
 			loadavg := r.proc.cursor
-			r.proc.cursor = func() int {
-				if last := ev.forkedLast.Load(); last > 0 {
-					return int(last)
+			r.proc.cursor = func(pids []int) int {
+				if last := int(ev.forkedLast.Load()); last > 0 && (len(pids) == 0 || slices.Max(pids) <= last) {
+					return last
 				}
-				return loadavg()
+				return loadavg(pids)
 			}
 		}
 	}
@@ -500,7 +504,7 @@ func (r *Netlink) candidates() ([]int, error) {
 // gives a newer process a smaller pid), else by descending pid.
 func (r *Netlink) newestFirst(pids []int) []int {
 	pids = slices.Clone(pids)
-	newestFirst(pids, r.proc.cursor())
+	newestFirst(pids, r.proc.cursor(pids))
 	return pids
 }
 

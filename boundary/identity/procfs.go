@@ -22,16 +22,17 @@ type procFS struct {
 	stopAt int
 	t      *procTable
 	// cursor is the last pid allocated in the numbering of the pids read
-	// under root, 0 when unknown (the seam the ordering tests set).
-	cursor func() int
+	// under root, as of after pids were listed; 0 when unknown (the seam
+	// the ordering tests set).
+	cursor func(pids []int) int
 }
 
 func newProcFS(root string, stopAt int) procFS {
-	p := procFS{root: root, stopAt: stopAt, t: newProcTable(root), cursor: func() int { return 0 }}
+	p := procFS{root: root, stopAt: stopAt, t: newProcTable(root), cursor: func([]int) int { return 0 }}
 	// loadavg names the last pid of the reader's pid namespace, not of the
 	// proc mount's: it numbers the pids under the host's /proc only.
 	if root == "/proc" {
-		p.cursor = p.lastPid
+		p.cursor = func([]int) int { return p.lastPid() }
 	}
 	return p
 }
