@@ -124,28 +124,27 @@ type EventsWriter interface{ WriteEvents(p []byte) error }
 
 // Record implements Sink.
 func (l LogSink) Record(e Event) {
-	if lvl, ok := l.level(&e, l.now()); ok {
+	var now time.Time
+	if lvl, ok := l.level(&e, &now); ok {
 		l.write(l.Log, lvl, &e)
 	}
 }
 
-// now is the time a denial is counted at (DenialLimit): read once per
-// Record or RecordBatch, not per event. Zero without a limit.
-func (l LogSink) now() time.Time {
-	if l.Denials == nil {
-		return time.Time{}
-	}
-	return l.Denials.clock.Now()
-}
-
 // level is the level of e's line; false when e is not logged: a denial
-// over the limit (counted at now), or a level the log does not write.
-func (l LogSink) level(e *Event, now time.Time) (zerolog.Level, bool) {
+// over the limit, or a level the log does not write. A denial is counted
+// at *now, read from the limit's clock by the first denial of a Record or
+// RecordBatch (an allowed decision reads no clock).
+func (l LogSink) level(e *Event, now *time.Time) (zerolog.Level, bool) {
 	lvl := zerolog.InfoLevel
 	switch {
 	case e.ActionID == ActionDenied:
-		if l.Denials != nil && !l.Denials.allow(now) {
-			return lvl, false
+		if l.Denials != nil {
+			if now.IsZero() {
+				*now = l.Denials.clock.Now()
+			}
+			if !l.Denials.allow(*now) {
+				return lvl, false
+			}
 		}
 		lvl = zerolog.WarnLevel
 	case l.AllowedAtDebug && e.ActionID == ActionAllowed:
@@ -163,10 +162,10 @@ func (l LogSink) write(log zerolog.Logger, lvl zerolog.Level, e *Event) {
 // Out, the lines leave together. A batch none of whose events is logged
 // (allowed ones at debug, denials over the limit) costs no logger.
 func (l LogSink) RecordBatch(events []Event) {
-	now := l.now()
+	var now time.Time
 	if l.Out == nil || len(events) < 2 {
 		for i := range events {
-			if lvl, ok := l.level(&events[i], now); ok {
+			if lvl, ok := l.level(&events[i], &now); ok {
 				l.write(l.Log, lvl, &events[i])
 			}
 		}
@@ -177,7 +176,7 @@ func (l LogSink) RecordBatch(events []Event) {
 		log zerolog.Logger
 	)
 	for i := range events {
-		lvl, ok := l.level(&events[i], now)
+		lvl, ok := l.level(&events[i], &now)
 		if !ok {
 			continue
 		}

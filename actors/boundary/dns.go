@@ -102,10 +102,9 @@ func (a *dnsActor) admit(m *dnsBatch) {
 	kept := m.qs[:0]
 	for _, q := range m.qs {
 		if int(a.b.inflight.Load()) >= a.b.cfg.MaxConns {
-			pc, addr := a.b.cfg.DNSPacket, q.netAddr()
+			pc, to := a.b.cfg.DNSPacket, q.from
 			a.b.refuseQuery(&dnsPacket{pkt: q.pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
-				_, err := pc.WriteTo(b, addr)
-				return err
+				return writeTo(pc, b, to)
 			}})
 			continue
 		}
@@ -194,7 +193,7 @@ func (a *dnsActor) readUDP(pc net.PacketConn, send func(any)) {
 			continue
 		}
 		b := a.batches.get()
-		b.add(buf[:n], from, false)
+		b.add(buf[:n], udpAddrPort(from), false)
 		send(b)
 	}
 }

@@ -55,26 +55,25 @@ const (
 // udpQuery is one datagram of a batch.
 type udpQuery struct {
 	pkt  []byte
-	addr net.Addr              // the client, where the reply goes (read one at a time)
-	sa   unix.RawSockaddrInet4 // the client, where the reply goes (read in a batch)
-	from netip.AddrPort        // the client, for the audit event
-	cut  bool                  // longer than dnsMaxUDPQuery: only its start was read
+	from netip.AddrPort // the client: where the reply goes, and for the audit event
+	cut  bool           // longer than dnsMaxUDPQuery: only its start was read
 }
 
-// netAddr is where a reply to q goes, for a write of one datagram.
-func (q *udpQuery) netAddr() net.Addr {
-	if q.addr != nil {
-		return q.addr
-	}
-	return sockaddrUDP(&q.sa)
-}
-
-// udpReply is a reply waiting to be sent, to addr (one datagram at a
-// time) or sa (in a batch).
+// udpReply is a reply waiting to be sent.
 type udpReply struct {
-	b    []byte
-	addr net.Addr
-	sa   unix.RawSockaddrInet4
+	b  []byte
+	to netip.AddrPort
+}
+
+// writeTo sends one datagram to a client (the paths that answer one at a
+// time): with no net.Addr to build when pc is a UDP socket.
+func writeTo(pc net.PacketConn, b []byte, to netip.AddrPort) error {
+	if uc, ok := pc.(*net.UDPConn); ok {
+		_, err := uc.WriteToUDPAddrPort(b, to)
+		return err
+	}
+	_, err := pc.WriteTo(b, net.UDPAddrFromAddrPort(to))
+	return err
 }
 
 // dnsBatch is the datagrams of one read and, while a batch actor answers
@@ -93,19 +92,10 @@ type dnsBatch struct {
 	mm      *mmsgBufs     // the batch write's system-call structures
 }
 
-// add appends a datagram read one at a time.
-func (b *dnsBatch) add(pkt []byte, addr net.Addr, cut bool) {
+func (b *dnsBatch) add(pkt []byte, from netip.AddrPort, cut bool) {
 	start := len(b.arena)
 	b.arena = append(b.arena, pkt...)
-	from := udpAddrPort(addr)
-	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], addr: addr, sa: sockaddrOf(from), from: from, cut: cut})
-}
-
-// addRead appends a datagram of a batch read, from the client sa.
-func (b *dnsBatch) addRead(pkt []byte, sa *unix.RawSockaddrInet4, cut bool) {
-	start := len(b.arena)
-	b.arena = append(b.arena, pkt...)
-	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], sa: *sa, from: sockaddrAddrPort(sa), cut: cut})
+	b.qs = append(b.qs, udpQuery{pkt: b.arena[start:len(b.arena):len(b.arena)], from: from, cut: cut})
 }
 
 // dnsBatchPool recycles batches and their buffers. It belongs to one dns
@@ -149,7 +139,7 @@ func (a *dnsActor) readUDPBatches(bc *mmsgConn, send func(any)) {
 		b := a.batches.get()
 		for i := range n {
 			h := &mm.hdrs[i]
-			b.addRead(bufs[i][:min(int(h.n), dnsMaxUDPQuery)], &mm.names[i], h.hdr.Flags&unix.MSG_TRUNC != 0)
+			b.add(bufs[i][:min(int(h.n), dnsMaxUDPQuery)], sockaddrAddrPort(&mm.names[i]), h.hdr.Flags&unix.MSG_TRUNC != 0)
 		}
 		send(b)
 	}
@@ -347,7 +337,7 @@ func (a *dnsBatchActor) queue(r *queryRun) {
 	if r.reply != nil {
 		bt := a.batch
 		bt.mu.Lock()
-		bt.pending = append(bt.pending, udpReply{b: r.reply, addr: r.q.addr, sa: r.q.sa})
+		bt.pending = append(bt.pending, udpReply{b: r.reply, to: r.q.from})
 		bt.mu.Unlock()
 	}
 	r.settled = true
@@ -360,10 +350,9 @@ func (a *dnsBatchActor) queue(r *queryRun) {
 func (a *dnsBatchActor) handoff(r *queryRun, pending *dnsproxy.Outcome) {
 	q := r.q
 	pkt := bytes.Clone(q.pkt) // the batch's arena is recycled
-	pc, addr := a.pc, q.netAddr()
+	pc, to := a.pc, q.from
 	a.send(&dnsHandoff{q: &dnsPacket{pkt: pkt, tr: dnsproxy.UDP, from: q.from, reply: func(b []byte) error {
-		_, err := pc.WriteTo(b, addr)
-		return err
+		return writeTo(pc, b, to)
 	}}, pending: pending})
 	r.settled = true // its in-flight slot goes with it
 }
@@ -530,7 +519,7 @@ func (a *dnsBatchActor) flush(bt *dnsBatch) {
 	}
 	if a.bc == nil {
 		for _, r := range bt.pending {
-			if _, err := a.pc.WriteTo(r.b, r.addr); err != nil {
+			if err := writeTo(a.pc, r.b, r.to); err != nil {
 				a.b.cfg.Log.Debug().Err(err).Msg("send dns reply")
 			}
 		}
@@ -544,24 +533,11 @@ func (a *dnsBatchActor) flush(bt *dnsBatch) {
 	if bt.mm == nil {
 		bt.mm = new(mmsgBufs) // kept with the batch in its pool
 	}
-	// A reply without a sockaddr (a client that is no IPv4 address) goes
-	// out on its own. The others are kept in place (only replies already
-	// looked at are overwritten).
-	batched := bt.pending[:0]
-	for _, r := range bt.pending {
-		if r.sa.Family != unix.AF_INET {
-			if _, err := a.pc.WriteTo(r.b, r.addr); err != nil {
-				a.b.cfg.Log.Debug().Err(err).Msg("send dns reply")
-			}
-			continue
-		}
-		batched = append(batched, r)
-	}
-	for i := 0; i < len(batched); {
-		n := min(len(batched)-i, dnsBatchMax)
+	for i := 0; i < len(bt.pending); {
+		n := min(len(bt.pending)-i, dnsBatchMax)
 		for j := range n {
-			r := &batched[i+j]
-			bt.mm.setOut(j, r.b, &r.sa)
+			r := &bt.pending[i+j]
+			bt.mm.setOut(j, r.b, r.to)
 		}
 		sent, err := a.bc.send(bt.mm, n)
 		if err != nil {

@@ -142,7 +142,7 @@ func queryPacket(t *testing.T, id uint16, name string) []byte {
 func (e *batchEnv) send(pkts ...[]byte) {
 	b := &dnsBatch{}
 	for _, p := range pkts {
-		b.add(p, e.client.LocalAddr(), false)
+		b.add(p, udpAddrPort(e.client.LocalAddr()), false)
 	}
 	e.sys.Root.Send(e.dnsPID, b)
 }
@@ -294,14 +294,14 @@ func TestDNSBatchMalformedAmongValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &dnsBatch{}
-	addr := e.client.LocalAddr()
-	b.add(queryPacket(t, 10, "ok.test."), addr, false)
-	b.add([]byte{1, 2, 3}, addr, false)                     // no header: dropped
-	b.add(headerJunk, addr, false)                          // FORMERR, id 11
-	b.add(response, addr, false)                            // never answered
-	b.add(escapedPkt, addr, false)                          // miekg path: REFUSED
-	b.add(queryPacket(t, 14, "ok2.test.")[:20], addr, true) // cut by the kernel: FORMERR
-	b.add(queryPacket(t, 15, "no.test."), addr, false)
+	from := udpAddrPort(e.client.LocalAddr())
+	b.add(queryPacket(t, 10, "ok.test."), from, false)
+	b.add([]byte{1, 2, 3}, from, false)                     // no header: dropped
+	b.add(headerJunk, from, false)                          // FORMERR, id 11
+	b.add(response, from, false)                            // never answered
+	b.add(escapedPkt, from, false)                          // miekg path: REFUSED
+	b.add(queryPacket(t, 14, "ok2.test.")[:20], from, true) // cut by the kernel: FORMERR
+	b.add(queryPacket(t, 15, "no.test."), from, false)
 	e.sys.Root.Send(e.dnsPID, b)
 	got := e.replies(t, 5, 5*time.Second)
 	want := map[uint16]string{10: "NOERROR", 11: "FORMERR", 13: "REFUSED", 14: "FORMERR", 15: "REFUSED"}

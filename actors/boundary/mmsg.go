@@ -13,10 +13,11 @@ import (
 
 // mmsgConn reads and writes batches of IPv4 datagrams on a UDP socket,
 // several per system call (recvmmsg, sendmmsg), through the runtime's
-// poller (deadlines and Close work as for the socket's own reads). The
-// clients' addresses stay raw sockaddrs from the read to the reply: no
-// allocation per datagram (golang.org/x/net/ipv4 made a *net.UDPAddr for
-// each one read, and packed a sockaddr from it again for each reply).
+// poller (deadlines and Close work as for the socket's own reads). A
+// client's address goes from the kernel's sockaddr to a netip.AddrPort
+// and back with no allocation per datagram (golang.org/x/net/ipv4 made a
+// *net.UDPAddr for each one read, and packed a sockaddr from it again for
+// each reply).
 type mmsgConn struct{ rc syscall.RawConn }
 
 // mmsghdr is struct mmsghdr: a message header and the length the call
@@ -96,11 +97,12 @@ func (c *mmsgConn) send(m *mmsgBufs, n int) (int, error) {
 	return sent, nil
 }
 
-// setOut puts datagram i of a send: its bytes (not empty) and its client.
-func (m *mmsgBufs) setOut(i int, b []byte, to *unix.RawSockaddrInet4) {
+// setOut puts datagram i of a send: its bytes (not empty) and its client
+// (an IPv4 one: the socket is).
+func (m *mmsgBufs) setOut(i int, b []byte, to netip.AddrPort) {
 	m.iovs[i].Base = &b[0]
 	m.iovs[i].SetLen(len(b))
-	m.names[i] = *to
+	m.names[i] = sockaddrOf(to)
 }
 
 // call makes one recvmmsg or sendmmsg (trap) of hdrs, waiting in the
@@ -159,10 +161,4 @@ func sockaddrOf(ap netip.AddrPort) unix.RawSockaddrInet4 {
 	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
 	p[0], p[1] = byte(ap.Port()>>8), byte(ap.Port())
 	return sa
-}
-
-// sockaddrUDP is a raw IPv4 sockaddr as a *net.UDPAddr, for the paths
-// that answer one datagram at a time (a handed-off query, a refusal).
-func sockaddrUDP(sa *unix.RawSockaddrInet4) *net.UDPAddr {
-	return net.UDPAddrFromAddrPort(sockaddrAddrPort(sa))
 }

@@ -75,7 +75,7 @@ func TestMmsgConnReadsAndWritesBatches(t *testing.T) {
 
 	var out mmsgBufs
 	for i := range read {
-		out.setOut(i, []byte{'r', byte('a' + i)}, &read[i].sa)
+		out.setOut(i, []byte{'r', byte('a' + i)}, read[i].from)
 	}
 	if sent, err := bc.send(&out, len(read)); err != nil || sent != len(read) {
 		t.Fatalf("send: %d of %d, %v", sent, len(read), err)
