@@ -24,6 +24,10 @@ const DefaultMaxConns = 1024
 // actor holds no goroutine, only its context and mailbox.
 const DefaultIdleConnActors = 256
 
+// DefaultKeepAliveSweep is Config.KeepAliveSweep's default, and the idle
+// time before an upstream's first keep-alive probe.
+const DefaultKeepAliveSweep = 15 * time.Second
+
 // ConnectQuery is what a connection actor asks the policy.
 type ConnectQuery struct {
 	Host         string // normalised: lower-case, no trailing dot
@@ -85,6 +89,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// IdleTimeout bounds an idle DNS-over-TCP connection (default 10 s).
 	IdleTimeout time.Duration
+	// KeepAliveSweep is how often the proxy actor turns TCP keep-alive on
+	// for the tunnels' upstream connections that one sweep already saw
+	// (default 15 s): a tunnel that lives two sweeps gets it, a short one
+	// never pays its two socket options.
+	KeepAliveSweep time.Duration
 	// MaxConns caps the concurrent mediated connections (proxy clients and
 	// DNS-over-TCP streams) and, separately, the DNS queries in flight
 	// (default 1,024). Over it a proxy client gets 503 connection_limit and
@@ -129,5 +138,8 @@ func (c *Config) defaults() {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 10 * time.Second
+	}
+	if c.KeepAliveSweep <= 0 {
+		c.KeepAliveSweep = DefaultKeepAliveSweep
 	}
 }

@@ -257,6 +257,7 @@ func (a *connActor) serve(ctx actor.Context) {
 // actor, stopping, closes every client and upstream connection, which
 // ends both directions (TestStopEndsHalfClosedTunnel).
 func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
+	// Forgotten here, closed by cleanup (end), right after.
 	a.b.upstreams.add(up)
 	defer a.b.upstreams.remove(up)
 	back := make(chan struct{})

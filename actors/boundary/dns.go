@@ -216,7 +216,10 @@ func (a *dnsActor) readFailed(err error, send func(any)) bool {
 // answered in any order, closed after IdleTimeout without a query.
 func (a *dnsActor) readTCP(c net.Conn, send func(any)) {
 	a.b.streams.add(c)
-	defer a.b.streams.remove(c)
+	defer func() {
+		a.b.streams.remove(c)
+		_ = c.Close()
+	}()
 	var wmu sync.Mutex
 	reply := func(b []byte) error {
 		wmu.Lock()
@@ -284,11 +287,12 @@ func (s *connSet) add(c net.Conn) {
 	s.mu.Unlock()
 }
 
+// remove forgets c; it does not close it (its owner does, once: a second
+// Close costs an error value).
 func (s *connSet) remove(c net.Conn) {
 	s.mu.Lock()
 	delete(s.m, c)
 	s.mu.Unlock()
-	_ = c.Close()
 }
 
 func (s *connSet) len() int {

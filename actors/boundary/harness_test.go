@@ -75,7 +75,8 @@ type envOpts struct {
 	headerTimeout time.Duration
 	auditFile     string
 	maxConns      int
-	idleActors    int // Config.IdleConnActors
+	idleActors    int           // Config.IdleConnActors
+	sweep         time.Duration // Config.KeepAliveSweep
 }
 
 func startEnv(t testing.TB, o envOpts) *env {
@@ -163,7 +164,7 @@ network_policies:
 		Resolver: proxy.UpstreamResolver{Up: h}, DNSUpstream: h,
 		AllowLoopback: true, Audit: sink, Injector: e.faults, Log: log,
 		Counters: supervise.NewCounters(), HeaderTimeout: o.headerTimeout, MaxConns: o.maxConns,
-		IdleConnActors: o.idleActors,
+		IdleConnActors: o.idleActors, KeepAliveSweep: o.sweep,
 	})
 	if err != nil {
 		t.Fatal(err)

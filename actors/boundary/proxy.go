@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -27,6 +28,10 @@ type (
 	}
 	// acceptFailed ends the proxy actor: its supervisor restarts it.
 	acceptFailed struct{ err error }
+	// keepAliveSweep turns keep-alive on for the upstreams of the tunnels
+	// that lived through a sweep period (upstreamSet), and schedules the
+	// next sweep.
+	keepAliveSweep struct{}
 )
 
 // proxyActor owns the accept loop of the HTTP proxy listener. The loop
@@ -36,9 +41,10 @@ type (
 // by the boundary) stops a failing conn actor and nothing else; a stopped
 // conn actor is never handed another connection.
 type proxyActor struct {
-	b    *Boundary
-	loop *acceptLoop
-	idle *idleActors[connActor]
+	b     *Boundary
+	loop  *acceptLoop
+	idle  *idleActors[connActor]
+	sweep *time.Timer // the next keepAliveSweep
 }
 
 func (a *proxyActor) Receive(ctx actor.Context) {
@@ -52,6 +58,14 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		a.loop = startAcceptLoop(a.b.cfg.Proxy, h.accepted,
 			func(err error) { h.toProxy(&acceptFailed{err: err}) })
 		a.b.cfg.Log.Debug().Str("addr", a.b.cfg.Proxy.Addr().String()).Msg("proxy accepting")
+		a.sweep = time.AfterFunc(a.b.cfg.KeepAliveSweep, func() { h.toProxy(&keepAliveSweep{}) })
+	case *keepAliveSweep:
+		for _, c := range a.b.upstreams.sweep() {
+			_ = keepAlive(c, DefaultKeepAliveSweep)
+		}
+		if a.sweep != nil {
+			a.sweep.Reset(a.b.cfg.KeepAliveSweep)
+		}
 	case *spawnFor:
 		c := &connActor{b: a.b, idle: a.idle}
 		c.job.Store(m.job)
@@ -75,6 +89,10 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 	case *acceptFailed:
 		panic(fmt.Errorf("proxy listener failed: %w", m.err))
 	case *actor.Restarting, *actor.Stopping:
+		if a.sweep != nil {
+			a.sweep.Stop()
+			a.sweep = nil
+		}
 		// The loop first: once it has returned, every connection it handed
 		// over is in live, and closed below.
 		if a.loop != nil {

@@ -1,0 +1,85 @@
+package boundary
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// sweepState is how far an upstream connection is in the keep-alive
+// sweeps.
+type sweepState uint8
+
+const (
+	sweepNew  sweepState = iota // no sweep has seen it yet
+	sweepSeen                   // one sweep saw it: the next turns keep-alive on
+	sweepKept                   // keep-alive is on
+)
+
+// upstreamSet tracks the tunnels' open upstream connections: the proxy
+// actor closes them when it stops, and its keep-alive sweeps (every
+// Config.KeepAliveSweep) turn TCP keep-alive on for those that lived
+// through a whole sweep period.
+//
+// Why not at the dial: keep-alive is two setsockopt calls, about 1% of a
+// short tunnel's CPU, and it only matters to a tunnel that idles long
+// enough for a probe (15 s); a tunnel open across two sweeps gets it, so a
+// probe goes out at most one period later than if it had been set at the
+// dial. A client's own keep-alive cannot find a dead upstream (the
+// boundary answers its probes), so the boundary's must.
+type upstreamSet struct {
+	mu sync.Mutex
+	m  map[net.Conn]sweepState
+}
+
+func (s *upstreamSet) add(c net.Conn) {
+	s.mu.Lock()
+	s.m[c] = sweepNew
+	s.mu.Unlock()
+}
+
+// remove forgets c; it does not close it.
+func (s *upstreamSet) remove(c net.Conn) {
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}
+
+func (s *upstreamSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.m {
+		_ = c.Close()
+	}
+}
+
+// sweep marks every connection it has not seen before and returns those
+// an earlier sweep saw, now counted as kept alive: the caller turns
+// keep-alive on for them, outside the set's lock.
+func (s *upstreamSet) sweep() []net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due []net.Conn
+	for c, st := range s.m {
+		switch st {
+		case sweepNew:
+			s.m[c] = sweepSeen
+		case sweepSeen:
+			s.m[c] = sweepKept
+			due = append(due, c)
+		}
+	}
+	return due
+}
+
+// keepAlive turns TCP keep-alive on for c: the first probe after idle of
+// silence, the kernel's interval and count after it (the options Go's
+// dialer would have set by default). A connection closed meanwhile
+// returns an error, ignored: it needs no probes.
+func keepAlive(c net.Conn, idle time.Duration) error {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	return tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: idle, Interval: -1, Count: -1})
+}
