@@ -50,9 +50,9 @@ type Boundary struct {
 	// listener actor stops (sockets outlive actors otherwise).
 	live    *connSet
 	streams *connSet
-	// upstreams are the tunnels' upstream connections: a tunnel relays on
-	// its actor's worker, so the proxy actor, stopping, closes these too;
-	// its keep-alive sweeps turn keep-alive on for the long-lived ones.
+	// upstreams are the conn actors' upstream connections: a tunnel relays
+	// on its actor's worker, so the proxy actor, stopping, closes these
+	// too; its keep-alive sweeps turn keep-alive on for the long-lived ones.
 	upstreams *upstreamSet
 	// inflight counts the query actors that have not ended.
 	inflight atomic.Int64

@@ -90,9 +90,10 @@ type Config struct {
 	// IdleTimeout bounds an idle DNS-over-TCP connection (default 10 s).
 	IdleTimeout time.Duration
 	// KeepAliveSweep is how often the proxy actor turns TCP keep-alive on
-	// for the tunnels' upstream connections that one sweep already saw
-	// (default 15 s): a tunnel that lives two sweeps gets it, a short one
-	// never pays its two socket options.
+	// (the first probe after 15 s idle) for the upstream connections that
+	// one sweep already saw (default 15 s): a connection that lives
+	// through two sweeps gets it, a short one never pays its two socket
+	// options.
 	KeepAliveSweep time.Duration
 	// MaxConns caps the concurrent mediated connections (proxy clients and
 	// DNS-over-TCP streams) and, separately, the DNS queries in flight

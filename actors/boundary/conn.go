@@ -232,6 +232,9 @@ func (a *connActor) serve(ctx actor.Context) {
 		return
 	}
 	a.upstream = up
+	// Tracked until cleanup: the proxy actor, stopping, closes it (a relay
+	// blocked on it ends), and its sweeps keep a long-lived one alive.
+	a.b.upstreams.add(up)
 	a.step = stepRelay
 	a.record(true, reason.None, v.Policy, v.PolicyName, v.Version, v.Message)
 	a.answered = true
@@ -257,9 +260,6 @@ func (a *connActor) serve(ctx actor.Context) {
 // actor, stopping, closes every client and upstream connection, which
 // ends both directions (TestStopEndsHalfClosedTunnel).
 func (a *connActor) tunnel(client, up net.Conn, req *proxy.Request) {
-	// Forgotten here, closed by cleanup (end), right after.
-	a.b.upstreams.add(up)
-	defer a.b.upstreams.remove(up)
 	back := make(chan struct{})
 	a.b.pipes.Schedule(func() {
 		defer close(back)
@@ -348,6 +348,7 @@ func (a *connActor) cleanup() {
 	}
 	_ = a.conn.Close()
 	if a.upstream != nil {
+		a.b.upstreams.remove(a.upstream)
 		_ = a.upstream.Close()
 	}
 }

@@ -16,16 +16,17 @@ const (
 	sweepKept                   // keep-alive is on
 )
 
-// upstreamSet tracks the tunnels' open upstream connections: the proxy
-// actor closes them when it stops, and its keep-alive sweeps (every
-// Config.KeepAliveSweep) turn TCP keep-alive on for those that lived
-// through a whole sweep period.
+// upstreamSet tracks the conn actors' open upstream connections (a
+// tunnel's or a plain HTTP request's, from the dial to the actor's
+// cleanup): the proxy actor closes them when it stops, and its keep-alive
+// sweeps (every Config.KeepAliveSweep) turn TCP keep-alive on for those
+// that lived through a whole sweep period.
 //
 // Why not at the dial: keep-alive is two setsockopt calls, about 1% of a
 // short tunnel's CPU, and it only matters to a tunnel that idles long
-// enough for a probe (15 s); a tunnel open across two sweeps gets it, so a
-// probe goes out at most one period later than if it had been set at the
-// dial. A client's own keep-alive cannot find a dead upstream (the
+// enough for a probe (15 s); a tunnel open across two sweeps gets it, so
+// with the default period a probe goes out at most 15 s later than if it
+// had been set at the dial (with a period P, up to 2P-15 s later). A client's own keep-alive cannot find a dead upstream (the
 // boundary answers its probes), so the boundary's must.
 type upstreamSet struct {
 	mu sync.Mutex

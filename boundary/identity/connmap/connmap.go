@@ -362,7 +362,7 @@ func key(netns uint64, client, server netip.AddrPort) [keySize]byte {
 func (m *Map) Take(netns uint64, client, server netip.AddrPort) (identity.Connector, bool, error) {
 	k := key(netns, client, server)
 	var v [valueSize]byte
-	if err := lookupAndDelete(m.m.FD(), &k, &v); err != nil {
+	if err := lookupAndDelete(m.m, &k, &v); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return identity.Connector{}, false, nil
 		}
@@ -377,24 +377,33 @@ func (m *Map) Take(netns uint64, client, server netip.AddrPort) (identity.Connec
 }
 
 // mapElemAttr is the bpf(2) attribute of the map element commands (union
-// bpf_attr's anonymous struct for BPF_MAP_*_ELEM).
+// bpf_attr's anonymous struct for BPF_MAP_*_ELEM: map_fd, padding, key,
+// value, flags). The pointers stay unsafe.Pointer, so the runtime sees
+// them (a stack that moves updates them); that makes the layout the
+// kernel's only where pointers are 64 bits, which attrSize checks.
 type mapElemAttr struct {
 	mapFD uint32
 	_     uint32
-	key   uint64 // a pointer
-	value uint64 // a pointer
+	key   unsafe.Pointer
+	value unsafe.Pointer
 	flags uint64
 }
 
-// lookupAndDelete is one BPF_MAP_LOOKUP_AND_DELETE_ELEM on the map fd,
-// with the key and value where the caller has them: the library's call
-// boxes both into interfaces, two allocations per lookup (stop 45's
+// attrSize fails the build where mapElemAttr is not the kernel's 32 bytes.
+const attrSize = unsafe.Sizeof(mapElemAttr{})
+
+var _ [attrSize - 32]byte
+var _ [32 - attrSize]byte
+
+// lookupAndDelete is one BPF_MAP_LOOKUP_AND_DELETE_ELEM on m, with the key
+// and value where the caller has them: the library's call with byte
+// slices boxes both into interfaces, two allocations per lookup (stop 45's
 // allocation profile), for the same system call.
-func lookupAndDelete(fd int, k *[keySize]byte, v *[valueSize]byte) error {
-	attr := mapElemAttr{mapFD: uint32(fd), key: uint64(uintptr(unsafe.Pointer(k))), value: uint64(uintptr(unsafe.Pointer(v)))}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_AND_DELETE_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(k)
-	runtime.KeepAlive(v)
+func lookupAndDelete(m *ebpf.Map, k *[keySize]byte, v *[valueSize]byte) error {
+	attr := mapElemAttr{mapFD: uint32(m.FD()), key: unsafe.Pointer(k), value: unsafe.Pointer(v)}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_AND_DELETE_ELEM, uintptr(unsafe.Pointer(&attr)), attrSize)
+	runtime.KeepAlive(&attr)
+	runtime.KeepAlive(m) // its descriptor stays open through the call
 	if errno != 0 {
 		return errno
 	}
