@@ -28,7 +28,7 @@ type (
 	}
 	// acceptFailed ends the proxy actor: its supervisor restarts it.
 	acceptFailed struct{ err error }
-	// keepAliveSweep turns keep-alive on for the upstreams of the tunnels
+	// keepAliveSweep turns keep-alive on for the upstream connections
 	// that lived through a sweep period (upstreamSet), and schedules the
 	// next sweep.
 	keepAliveSweep struct{}
