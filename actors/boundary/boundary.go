@@ -53,7 +53,7 @@ type Boundary struct {
 	// upstreams are the conn actors' upstream connections: a tunnel relays
 	// on its actor's worker, so the proxy actor, stopping, closes these
 	// too; its keep-alive sweeps turn keep-alive on for the long-lived ones.
-	upstreams *upstreamSet
+	upstreams *connSet
 	// inflight counts the query actors that have not ended.
 	inflight atomic.Int64
 	// pool runs the mailboxes of the leaves (conn/N, query/N) on warm
@@ -64,7 +64,7 @@ type Boundary struct {
 	// path almost every time (a tenth of a one-client tunnel's user time).
 	pipes *dispatch.Pool
 	// dialer dials upstreams, without keep-alive: the proxy actor's sweeps
-	// turn it on for the tunnels that outlive a sweep (upstreamSet).
+	// turn it on for the tunnels that outlive a sweep (connSet).
 	dialer net.Dialer
 	// ender is cfg.Identity when it wants to hear of ended connections
 	// (identity.Ender), else nil: asked once, not per connection.
@@ -128,11 +128,10 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 	}
 	cfg.defaults()
 	b := &Boundary{sys: sys, cfg: &cfg, stats: &Stats{},
-		live: &connSet{m: map[net.Conn]struct{}{}}, streams: &connSet{m: map[net.Conn]struct{}{}},
-		upstreams: &upstreamSet{m: map[net.Conn]sweepState{}},
-		pool:      dispatch.NewPool(256, 10*time.Second, 300),
-		pipes:     dispatch.NewPool(256, 10*time.Second, 0),
-		dialer:    net.Dialer{KeepAlive: -1}}
+		live: newConnSet(), streams: newConnSet(), upstreams: newConnSet(),
+		pool:   dispatch.NewPool(256, 10*time.Second, 300),
+		pipes:  dispatch.NewPool(256, 10*time.Second, 0),
+		dialer: net.Dialer{KeepAlive: -1}}
 	b.ender, _ = cfg.Identity.(identity.Ender)
 	b.marker, _ = cfg.Identity.(identity.Marker)
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,

@@ -24,8 +24,7 @@ const DefaultMaxConns = 1024
 // actor holds no goroutine, only its context and mailbox.
 const DefaultIdleConnActors = 256
 
-// DefaultKeepAliveSweep is Config.KeepAliveSweep's default, and the idle
-// time before an upstream's first keep-alive probe.
+// DefaultKeepAliveSweep is Config.KeepAliveSweep's default.
 const DefaultKeepAliveSweep = 15 * time.Second
 
 // ConnectQuery is what a connection actor asks the policy.

@@ -274,44 +274,6 @@ func (a *dnsActor) stopLoops() {
 	}
 }
 
-// connSet tracks open connections (proxy clients, DNS-over-TCP streams) so
-// a stopping listener actor closes them.
-type connSet struct {
-	mu sync.Mutex
-	m  map[net.Conn]struct{}
-}
-
-func (s *connSet) add(c net.Conn) {
-	s.mu.Lock()
-	s.m[c] = struct{}{}
-	s.mu.Unlock()
-}
-
-// remove forgets c; it does not close it (its owner does, once: a second
-// Close costs an error value).
-func (s *connSet) remove(c net.Conn) {
-	s.mu.Lock()
-	delete(s.m, c)
-	s.mu.Unlock()
-}
-
-func (s *connSet) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
-
-func (s *connSet) closeAll() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.m {
-		_ = c.Close()
-	}
-}
-
 // queryActor answers one DNS query in an actor of its own: a TCP query, or
 // a UDP query a batch handed off because answering it may block. It
 // records the audit event before it sends the reply.

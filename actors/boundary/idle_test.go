@@ -54,7 +54,7 @@ func TestIdleConnsBounds(t *testing.T) {
 func TestHandedConnEndedByStopping(t *testing.T) {
 	sys := actor.NewActorSystem()
 	defer sys.Shutdown()
-	b := &Boundary{cfg: &Config{}, stats: &Stats{}, live: &connSet{m: map[net.Conn]struct{}{}}}
+	b := &Boundary{cfg: &Config{}, stats: &Stats{}, live: newConnSet()}
 	client, server := net.Pipe()
 	defer client.Close()
 	b.live.add(server)

@@ -66,9 +66,7 @@ func (c *mmsgConn) recv(m *mmsgBufs, bufs [][]byte) (int, error) {
 	for i, b := range bufs {
 		m.iovs[i].Base = &b[0]
 		m.iovs[i].SetLen(len(b))
-		h := &m.hdrs[i].hdr
-		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&m.names[i])), Namelen: unix.SizeofSockaddrInet4, Iov: &m.iovs[i]}
-		h.SetIovlen(1)
+		m.header(i)
 	}
 	return c.call(unix.SYS_RECVMMSG, m.hdrs[:len(bufs)], false)
 }
@@ -78,9 +76,7 @@ func (c *mmsgConn) recv(m *mmsgBufs, bufs [][]byte) (int, error) {
 // error, datagram sent (the first not written) is the one refused.
 func (c *mmsgConn) send(m *mmsgBufs, n int) (int, error) {
 	for i := range n {
-		h := &m.hdrs[i].hdr
-		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&m.names[i])), Namelen: unix.SizeofSockaddrInet4, Iov: &m.iovs[i]}
-		h.SetIovlen(1)
+		m.header(i)
 	}
 	sent := 0
 	for sent < n {
@@ -95,6 +91,14 @@ func (c *mmsgConn) send(m *mmsgBufs, n int) (int, error) {
 		sent += k
 	}
 	return sent, nil
+}
+
+// header points datagram i's message header at its iovec and address
+// (the kernel rewrites the address length of a read).
+func (m *mmsgBufs) header(i int) {
+	h := &m.hdrs[i].hdr
+	*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&m.names[i])), Namelen: unix.SizeofSockaddrInet4, Iov: &m.iovs[i]}
+	h.SetIovlen(1)
 }
 
 // setOut puts datagram i of a send: its bytes (not empty) and its client

@@ -29,7 +29,7 @@ type (
 	// acceptFailed ends the proxy actor: its supervisor restarts it.
 	acceptFailed struct{ err error }
 	// keepAliveSweep turns keep-alive on for the upstream connections
-	// that lived through a sweep period (upstreamSet), and schedules the
+	// that lived through a sweep period (connSet.sweep), and schedules the
 	// next sweep.
 	keepAliveSweep struct{}
 )
@@ -61,7 +61,7 @@ func (a *proxyActor) Receive(ctx actor.Context) {
 		a.sweep = time.AfterFunc(a.b.cfg.KeepAliveSweep, func() { h.toProxy(&keepAliveSweep{}) })
 	case *keepAliveSweep:
 		for _, c := range a.b.upstreams.sweep() {
-			_ = keepAlive(c, DefaultKeepAliveSweep)
+			_ = keepAlive(c)
 		}
 		if a.sweep != nil {
 			a.sweep.Reset(a.b.cfg.KeepAliveSweep)

@@ -10,7 +10,7 @@ import (
 // keep-alive at the first sweep after the one that first saw it, once; a
 // removed one never is.
 func TestSweepKeepsAliveFromTheSecondSweep(t *testing.T) {
-	s := &upstreamSet{m: map[net.Conn]sweepState{}}
+	s := newConnSet()
 	a, b, gone := &net.TCPConn{}, &net.TCPConn{}, &net.TCPConn{}
 	s.add(a)
 	s.add(gone)
