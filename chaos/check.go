@@ -290,11 +290,11 @@ func supervisorCmd(cmd string) bool {
 // logDir is the log directory of the current creation of sandbox (a
 // deleted sandbox's is removed, so there is at most one).
 func (w *world) logDir(sandbox string) string {
-	l := contract.StateDir(w.state)
-	if dirs, _ := filepath.Glob(l.Logs(sandbox, "*")); len(dirs) > 0 {
+	sb := filepath.Join(contract.StateDir(w.state).Sandboxes(), sandbox)
+	if dirs, _ := filepath.Glob(filepath.Join(sb, contract.LogsDir, "*")); len(dirs) > 0 {
 		return dirs[len(dirs)-1]
 	}
-	return l.Sandbox(sandbox)
+	return sb
 }
 
 // anyBroken reports whether an invariant broke so far (exec outcomes
@@ -313,7 +313,7 @@ func (r *runner) anyBroken() bool {
 // sandboxes: the evidence of a broken invariant.
 func (r *runner) keepLogs() {
 	for _, n := range r.names {
-		dirs, _ := filepath.Glob(contract.StateDir(r.w.state).Logs(n, "*"))
+		dirs, _ := filepath.Glob(filepath.Join(contract.StateDir(r.w.state).Sandboxes(), n, contract.LogsDir, "*"))
 		for _, d := range dirs {
 			files, _ := os.ReadDir(d)
 			for _, f := range files {

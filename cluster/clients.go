@@ -92,7 +92,7 @@ func (n *Node) Revoked(serial *big.Int) bool {
 // applyClient records a client certificate's revocation (n.mu held).
 func (n *Node) applyClient(value []byte) {
 	var c store.ClientCert
-	if json.Unmarshal(value, &c) == nil && !c.Revoked.IsZero() {
+	if json.Unmarshal(value, &c) == nil && !c.Revoked.IsZero() && c.Serial != "" {
 		n.revoked[c.Serial] = true
 	}
 }

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockade-dev/stockade/chaos/fault"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/store/etcdstore"
 )
@@ -269,27 +270,45 @@ func (n *Node) load(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// applyPut records a key's new value (n.mu held).
+// applyPut records a key's new value (n.mu held). Every key and value is
+// untrusted input (whoever can write etcd wrote it): one that is not what
+// a node writes is refused, logged and left out of the view, so nothing
+// acts on it (a sandbox name from a key becomes a path when a node drives
+// it).
 func (n *Node) applyPut(kv *mvccpb.KeyValue) {
 	kind, name, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), n.prefix), "/")
 	if !ok {
 		return
 	}
+	refuse := func(err error) {
+		n.log.Error().Err(err).Str("key", string(kv.Key)).Msg("cluster: refused a key no node writes; it is left in etcd and ignored")
+		n.stats.refused.Add(1)
+	}
 	switch kind {
 	case "nodes":
 		var info NodeInfo
-		if err := json.Unmarshal(kv.Value, &info); err == nil {
-			n.nodes[name] = info
+		if err := json.Unmarshal(kv.Value, &info); err != nil {
+			refuse(err)
+			return
 		}
+		if err := info.validate(name); err != nil {
+			refuse(err)
+			return
+		}
+		n.nodes[name] = info
 	case "owners":
+		if err := errors.Join(contract.CheckName(name), contract.CheckHostName("owner node", string(kv.Value))); err != nil {
+			refuse(err)
+			return
+		}
 		n.owners[name] = owner{node: string(kv.Value), lease: clientv3.LeaseID(kv.Lease), token: kv.CreateRevision}
 		delete(n.unowned, name)
 	case "clients":
 		n.applyClient(kv.Value)
 	case "sandboxes":
-		rec, err := etcdstore.DecodeKV(kv.Value, kv.ModRevision)
+		rec, err := etcdstore.DecodeKV(name, kv.Value, kv.ModRevision)
 		if err != nil {
-			n.log.Warn().Err(err).Str("sandbox", name).Msg("cluster: unreadable record")
+			refuse(err)
 			return
 		}
 		n.recs[name] = rec
@@ -299,6 +318,23 @@ func (n *Node) applyPut(kv *mvccpb.KeyValue) {
 			}
 		}
 	}
+}
+
+// validate checks a node's published info, stored under nodes/name.
+func (i NodeInfo) validate(name string) error {
+	if i.Node != name {
+		return fmt.Errorf("stored under %q but names node %q", name, i.Node)
+	}
+	errs := []error{contract.CheckHostName("node", i.Node), contract.CheckHostName("host", i.Host)}
+	if err := store.CheckAddr(i.API); err != nil {
+		errs = append(errs, fmt.Errorf("api address: %w", err))
+	}
+	if i.Relay != "" {
+		if err := store.CheckAddr(i.Relay); err != nil {
+			errs = append(errs, fmt.Errorf("relay address: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // applyDelete records a key's removal (n.mu held).

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -55,7 +56,7 @@ func join(t *testing.T, srv *etcdtest.Server, prefix, name string) testNode {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	n, err := Join(ctx, Config{Endpoints: []string{srv.Endpoint}, Prefix: prefix, TTL: 2 * time.Second,
-		Self: NodeInfo{Node: name, Host: "h1", API: "127.0.0.1:" + name}, Log: zerolog.New(&testenv.Buffer{})}, ev.add)
+		Self: NodeInfo{Node: name, Host: "h1", API: fmt.Sprintf("127.0.0.1:%d", 7000+int(name[0]))}, Log: zerolog.New(&testenv.Buffer{})}, ev.add)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func (n *Node) kill() {
 }
 
 func rec(name string) store.Record {
-	return store.Record{Spec: store.Spec{Name: name, UID: "u-" + name, PolicyVersion: 1, Argv: []string{"sleep"}, Created: time.Now()},
+	return store.Record{Spec: store.Spec{Name: name, UID: fmt.Sprintf("%x", name), PolicyVersion: 1, Argv: []string{"sleep"}, Created: time.Now()},
 		Intent: store.IntentRunning, Lifecycle: lifecycle.Snapshot{Phase: lifecycle.PhaseReady, Since: time.Now()}}
 }
 
@@ -336,5 +337,67 @@ func TestJoinOverTLS(t *testing.T) {
 	}
 	if got := len(n.Nodes()); got != 1 {
 		t.Fatalf("nodes after the refused joins: %d, want 1 (%v)", got, n.Nodes())
+	}
+}
+
+// TestKeysNoNodeWritesAreRefused plays a local user who can write the
+// cluster's etcd: a record whose key and name are a path, in phase
+// Deleting (a node that drove it would remove that path as root), an
+// owner key for a path, and a node entry whose API address is not one.
+// The node refuses each (counted, logged), never claims or drives the
+// record, and keeps working: a good record written after them is seen.
+func TestKeysNoNodeWritesAreRefused(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/t/untrusted/"
+	a := join(t, srv, prefix, "a")
+	cli := a.records.Client()
+
+	evil := rec("x")
+	evil.Spec.Name = "../../tmp/victim"
+	evil.Intent = store.IntentDeleted
+	evil.Lifecycle.Phase = lifecycle.PhaseDeleting
+	evil.Schema = store.SchemaVersion
+	b, err := json.Marshal(evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := json.Marshal(NodeInfo{Node: "evil", Host: "h1", API: "evil"})
+	for k, v := range map[string]string{
+		prefix + "sandboxes/" + evil.Spec.Name: string(b),
+		prefix + "owners/../../x":              "a",
+		prefix + "nodes/evil":                  string(info),
+	} {
+		if _, err := cli.Put(ctx5(t), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A valid record with no owner, written the same way after them: once
+	// the node has claimed it, its claim loop has seen the refused ones.
+	bait := rec("bait")
+	bait.Host, bait.Schema = "h1", store.SchemaVersion
+	bb, err := json.Marshal(bait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx5(t), prefix+"sandboxes/bait", string(bb)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*a.ttl, func() bool { return a.ev.count(Own, "bait") == 1 }, "the node claims the unowned good record")
+	if got := a.Stats().Refused(); got != 3 {
+		t.Fatalf("%d keys refused, want 3", got)
+	}
+	if w := a.Locate(evil.Spec.Name); w.Exists || w.HasOwner {
+		t.Fatalf("the refused record is in the view: %+v", w)
+	}
+	if n := a.ev.count(Own, evil.Spec.Name); n != 0 {
+		t.Fatalf("the node drives the refused record (%d Own events)", n)
+	}
+	for _, node := range a.Nodes() {
+		if node.Node == "evil" {
+			t.Fatalf("the refused node entry is in the view: %+v", node)
+		}
+	}
+	if o := owners(t, cli, prefix); o[evil.Spec.Name] != "" {
+		t.Fatalf("the node claimed the refused record: %v", o)
 	}
 }

@@ -13,6 +13,7 @@ type Stats struct {
 	claims       atomic.Int64
 	selfFences   atomic.Int64
 	leaseLosses  atomic.Int64
+	refused      atomic.Int64
 }
 
 // NewStats returns zeroed counters.
@@ -33,6 +34,11 @@ func (s *Stats) SelfFences() int64 { return s.selfFences.Load() }
 // again with a new one).
 func (s *Stats) LeaseLosses() int64 { return s.leaseLosses.Load() }
 
+// Refused counts the etcd keys under the cluster's prefix the node refused
+// to act on (a name that is not a sandbox's, a record that does not
+// validate): written by someone who is not a node.
+func (s *Stats) Refused() int64 { return s.refused.Load() }
+
 func statsDescs() map[string]*prometheus.Desc {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return map[string]*prometheus.Desc{
@@ -40,6 +46,7 @@ func statsDescs() map[string]*prometheus.Desc {
 		"claims":  d("stockade_cluster_claims_total", "Sandboxes this node claimed from a lost or absent owner."),
 		"fences":  d("stockade_cluster_self_fences_total", "Times this node stopped driving its sandboxes because its lease was not renewed in time."),
 		"lleases": d("stockade_cluster_lease_losses_total", "Leases etcd expired under this node (it joined again)."),
+		"refused": d("stockade_cluster_refused_keys_total", "Keys under the cluster's prefix this node refused to act on (not what a node writes)."),
 	}
 }
 
@@ -57,4 +64,5 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d["claims"], prometheus.CounterValue, float64(s.Claims()))
 	ch <- prometheus.MustNewConstMetric(d["fences"], prometheus.CounterValue, float64(s.SelfFences()))
 	ch <- prometheus.MustNewConstMetric(d["lleases"], prometheus.CounterValue, float64(s.LeaseLosses()))
+	ch <- prometheus.MustNewConstMetric(d["refused"], prometheus.CounterValue, float64(s.Refused()))
 }

@@ -51,6 +51,9 @@ func (s *Store) put(ctx context.Context, rec store.Record) (uint64, error) {
 	if rec.Host == "" {
 		rec.Host = n.cfg.Self.Host
 	}
+	if err := rec.Validate(""); err != nil {
+		return 0, fmt.Errorf("cluster: write sandbox %q: %w", name, err)
+	}
 	data, err := etcdstore.Encode(rec)
 	if err != nil {
 		return 0, err

@@ -16,6 +16,13 @@ import "path/filepath"
 //	    audit.jsonl             the boundary's decisions
 //	    lifecycle.jsonl         the sandbox's transitions
 //	    supervisor.log          the supervisor's own log
+//
+// The methods that take a sandbox's name or uid check them (CheckName,
+// CheckUID) and fail on anything else: a name read from a store is
+// untrusted, and one with a '/' or ".." would name a path outside the
+// state dir. The paths they return are for the processes that own the
+// state dir; the workload writes only beneath workspace/, and nothing of
+// the gateway's resolves a path through it.
 type StateDir string
 
 // Files of a sandbox's log directory.
@@ -24,6 +31,13 @@ const (
 	AuditLog      = "audit.jsonl"
 	LifecycleLog  = "lifecycle.jsonl"
 	SupervisorLog = "supervisor.log"
+)
+
+// Directories of a sandbox's directory.
+const (
+	WorkspaceDir = "workspace"
+	LogsDir      = "logs"
+	SpecFileName = "spec.json"
 )
 
 // Store is the store's file.
@@ -39,21 +53,53 @@ func (d StateDir) ClientConfig() string { return filepath.Join(string(d), "clien
 func (d StateDir) Sandboxes() string { return filepath.Join(string(d), "sandboxes") }
 
 // Sandbox is the directory of the sandbox name.
-func (d StateDir) Sandbox(name string) string { return filepath.Join(d.Sandboxes(), name) }
+func (d StateDir) Sandbox(name string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(d.Sandboxes(), name), nil
+}
 
 // Workspace is the sandbox's workspace (/sandbox inside).
-func (d StateDir) Workspace(name string) string { return filepath.Join(d.Sandbox(name), "workspace") }
+func (d StateDir) Workspace(name string) (string, error) {
+	dir, err := d.Sandbox(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, WorkspaceDir), nil
+}
 
 // SpecFile is where the gateway hands the supervisor its spec.
-func (d StateDir) SpecFile(name string) string { return filepath.Join(d.Sandbox(name), "spec.json") }
+func (d StateDir) SpecFile(name string) (string, error) {
+	dir, err := d.Sandbox(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, SpecFileName), nil
+}
 
 // Logs is the log directory of one creation of sandbox name: a sandbox
 // created again under the same name starts with none of the old lines.
 // Records written before uids existed have uid "": their logs are in the
 // sandbox's directory itself.
-func (d StateDir) Logs(name, uid string) string {
-	if uid == "" {
-		return d.Sandbox(name)
+func (d StateDir) Logs(name, uid string) (string, error) {
+	rel, err := LogsRel(name, uid)
+	if err != nil {
+		return "", err
 	}
-	return filepath.Join(d.Sandbox(name), "logs", uid)
+	return filepath.Join(d.Sandboxes(), rel), nil
+}
+
+// LogsRel is Logs relative to Sandboxes (for an os.Root opened there).
+func LogsRel(name, uid string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	if uid == "" {
+		return name, nil
+	}
+	if err := CheckUID(uid); err != nil {
+		return "", err
+	}
+	return filepath.Join(name, LogsDir, uid), nil
 }

@@ -196,7 +196,7 @@ func TestCLIDeleteMany(t *testing.T) {
 	groups := map[string]string{} // sandbox -> its cgroup's name; none: no cgroups here
 	for _, n := range []string{"a", "b", "c", "d"} {
 		w.waitPhase(n, "Ready", 30*time.Second, nil)
-		g := cgroup.SandboxGroup(n, contract.StateDir(w.state).Sandbox(n))
+		g := cgroup.SandboxGroup(n, testenv.Path(t)(contract.StateDir(w.state).Sandbox(n)))
 		dirs, err := cgroup.Find(g)
 		if err != nil || len(dirs) == 0 {
 			if testenv.InCI() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/actors/boundary"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // floodScript asks the sandbox's resolver (resolv.conf's nameserver, port
@@ -41,7 +42,7 @@ func TestWorkloadDenialFloodCannotGrowTheSupervisorLog(t *testing.T) {
 	const flood = 2000
 	w := newWorld(t, 0)
 	w.create("flood", `exec sleep 1000`)
-	if err := os.WriteFile(filepath.Join(contract.StateDir(w.state).Workspace("flood"), "flood.pl"), []byte(floodScript), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(testenv.Path(t)(contract.StateDir(w.state).Workspace("flood")), "flood.pl"), []byte(floodScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code := w.execIn("flood", "perl /sandbox/flood.pl "+strconv.Itoa(flood))

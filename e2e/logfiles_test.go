@@ -10,9 +10,10 @@ import (
 // creation of sandbox name (contract.StateDir.Logs; a deleted sandbox's
 // log directory is removed, so there is at most one).
 func sandboxLog(state, name, file string) string {
-	dirs, _ := filepath.Glob(contract.StateDir(state).Logs(name, "*"))
+	sb := filepath.Join(contract.StateDir(state).Sandboxes(), name)
+	dirs, _ := filepath.Glob(filepath.Join(sb, contract.LogsDir, "*"))
 	if len(dirs) == 0 {
-		return filepath.Join(contract.StateDir(state).Logs(name, "none"), file)
+		return filepath.Join(sb, contract.LogsDir, "none", file)
 	}
 	return filepath.Join(dirs[len(dirs)-1], file)
 }

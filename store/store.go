@@ -31,6 +31,11 @@ const (
 // ErrNotFound is wrapped by Get for a sandbox the store does not hold.
 var ErrNotFound = errors.New("no such sandbox")
 
+// ErrInvalid is wrapped by reads of a record that Record.Validate refuses
+// (a name that is a path, a phase that does not exist, ...): it is left in
+// the store as it is, and nothing acts on it.
+var ErrInvalid = errors.New("refused: not a record this gateway writes")
+
 // ErrConflict is wrapped by Put and Delete when the stored record's
 // revision is not the one the caller read: someone else wrote it since
 // (another actor, another node). Nothing was written.
@@ -144,8 +149,8 @@ func (s *Store) Close() error {
 // earlier record, if any, is intact.
 func (s *Store) Put(ctx context.Context, rec Record) (uint64, error) {
 	name := rec.Spec.Name
-	if name == "" {
-		return 0, fmt.Errorf("store %s: put: the record has no sandbox name", s.path)
+	if err := rec.Validate(""); err != nil {
+		return 0, s.errorf("put", name, err)
 	}
 	rec.Schema = SchemaVersion
 	want := rec.Revision
@@ -234,7 +239,7 @@ func (s *Store) Get(_ context.Context, name string) (Record, error) {
 		if v == nil {
 			return ErrNotFound
 		}
-		return Decode(v, &rec)
+		return Decode(name, v, &rec)
 	})
 	if err != nil {
 		return Record{}, s.errorf("get", name, err)
@@ -251,7 +256,7 @@ func (s *Store) List(_ context.Context) ([]Record, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(sandboxesBucket()).ForEach(func(k, v []byte) error {
 			var rec Record
-			if err := Decode(v, &rec); err != nil {
+			if err := Decode(string(k), v, &rec); err != nil {
 				errs = append(errs, s.errorf("list", string(k), err))
 				return nil
 			}
@@ -265,9 +270,11 @@ func (s *Store) List(_ context.Context) ([]Record, error) {
 	return recs, errors.Join(errs...)
 }
 
-// Decode reads a record as every Store writes it (JSON), refusing one with
-// no schema version or a newer one than this build understands.
-func Decode(v []byte, rec *Record) error {
+// Decode reads a record as every Store writes it (JSON), stored under key
+// (the sandbox's name), refusing one with no schema version or a newer one
+// than this build understands, and one that Record.Validate refuses:
+// whatever is in a store is untrusted input.
+func Decode(key string, v []byte, rec *Record) error {
 	if err := json.Unmarshal(v, rec); err != nil {
 		return fmt.Errorf("decode: %w", err)
 	}
@@ -276,6 +283,9 @@ func Decode(v []byte, rec *Record) error {
 		return errors.New("decode: the record has no schema version")
 	case rec.Schema > SchemaVersion:
 		return fmt.Errorf("decode: written by a newer stockade (schema %d; this one reads up to %d)", rec.Schema, SchemaVersion)
+	}
+	if err := rec.Validate(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -226,12 +226,12 @@ func TestRoundTrip(t *testing.T) {
 	if err := s2.Delete(ctx, rec.Spec.Name, 1); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
-	if _, err := s2.Put(ctx, Record{Intent: IntentRunning}); err == nil || !strings.Contains(err.Error(), "no sandbox name") {
+	if _, err := s2.Put(ctx, Record{Intent: IntentRunning}); err == nil || !strings.Contains(err.Error(), `sandbox name ""`) {
 		t.Fatalf("put without a name: %v", err)
 	}
 	bad := testRecord(1)
 	bad.Intent = 0
-	if _, err := s2.Put(ctx, bad); err == nil || !strings.Contains(err.Error(), `encode sandbox "sb-00001"`) {
+	if _, err := s2.Put(ctx, bad); err == nil || !strings.Contains(err.Error(), `put sandbox "sb-00001": store: intent 0 has no name`) {
 		t.Fatalf("put without an intent: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -246,7 +246,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestListOrderAndBadRecords(t *testing.T) {
 	s := openTemp(t)
-	names := []string{"web", "api-2", "Zed", "api", "db", "api-10"}
+	names := []string{"web", "api-2", "zed", "api", "db", "api-10"}
 	for i, n := range names {
 		r := testRecord(i)
 		r.Spec.Name = n
@@ -262,7 +262,7 @@ func TestListOrderAndBadRecords(t *testing.T) {
 	for _, r := range recs {
 		got = append(got, r.Name())
 	}
-	want := []string{"Zed", "api", "api-10", "api-2", "db", "web"} // byte order
+	want := []string{"api", "api-10", "api-2", "db", "web", "zed"} // byte order
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("List order %v, want %v", got, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -46,27 +45,24 @@ type Env struct {
 	Cluster Cluster
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// CheckName validates a sandbox name (DNS-label rules: it names a
-// directory, a host in ssh-config, and an actor).
-func CheckName(name string) error {
-	if !validName.MatchString(name) {
-		return fmt.Errorf("sandbox name %q: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
-	}
-	return nil
-}
+// CheckName validates a sandbox name (contract.CheckName: a DNS label, so
+// that it is safe as a path element, an actor id and an etcd key).
+func CheckName(name string) error { return contract.CheckName(name) }
 
 // layout is the state dir's layout (package contract).
 func (e *Env) layout() contract.StateDir { return contract.StateDir(e.StateDir) }
 
-// LogDir holds the logs of one creation (uid) of sandbox name.
-func (e *Env) LogDir(name, uid string) string { return e.layout().Logs(name, uid) }
+// LogDir holds the logs of one creation (uid) of sandbox name; an error
+// for a name or uid contract.CheckName or CheckUID refuses.
+func (e *Env) LogDir(name, uid string) (string, error) { return e.layout().Logs(name, uid) }
 
 // openLifecycleAudit opens the lifecycle audit file (class 6002) of one
 // creation of a sandbox; the supervisor writes decisions beside it.
 func (e *Env) openLifecycleAudit(name, uid string) (*audit.File, error) {
-	dir := e.LogDir(name, uid)
+	dir, err := e.LogDir(name, uid)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", name, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox %s: create %s: %w", name, dir, err)
 	}

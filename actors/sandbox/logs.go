@@ -103,8 +103,13 @@ func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest) {
 	if m.SinceUnixMs > 0 {
 		o.Since = time.UnixMilli(m.SinceUnixMs)
 	}
+	dir, err := a.env.LogDir(a.name, a.rec.Spec.UID)
+	if err != nil {
+		ctx.Respond(errdefs.Reply(errdefs.Internal("sandbox %s: logs: %w", a.name, err)))
+		return
+	}
 	log := a.env.Log.With().Str("sandbox", a.name).Str("logs_stream", id).Logger()
-	s := &logStream{name: a.name, id: id, dir: a.env.LogDir(a.name, a.rec.Spec.UID), opts: o, to: to, owner: owner, ownerRemote: remote, log: log,
+	s := &logStream{name: a.name, id: id, dir: dir, opts: o, to: to, owner: owner, ownerRemote: remote, log: log,
 		ackTimeout: logsAckTimeout}
 	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log))
 	props := actor.PropsFromProducer(func() actor.Actor { return s },

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/logs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
@@ -84,7 +85,7 @@ func (w *world) writeWorkload(name string, from, n int) {
 	if uid == "" {
 		w.t.Fatalf("sandbox %s: get has no uid", name)
 	}
-	dir := w.env.LogDir(name, uid)
+	dir := testenv.Path(w.t)(w.env.LogDir(name, uid))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		w.t.Fatal(err)
 	}

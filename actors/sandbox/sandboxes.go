@@ -55,7 +55,9 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		recs, err := a.env.Store.List(lctx)
 		cancel()
 		if err != nil {
-			a.env.Log.Error().Err(err).Msg("some sandbox records are unreadable")
+			// Each is named in err; a refused one (store.ErrInvalid: a name
+			// that is a path, ...) stays in the store, and nothing acts on it.
+			a.env.Log.Error().Err(err).Msg("some sandbox records are unreadable or refused; they are left in the store as they are and no sandbox is driven from them")
 		}
 		for _, r := range recs {
 			a.spawn(ctx, r.Spec.Name, nil)
@@ -221,8 +223,8 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 	if l := m.GetLimits(); l != nil {
 		asked = store.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.Cpus, IOBps: l.IoBps}
 	}
-	if asked.Pids < -1 || asked.MemoryBytes < -1 || asked.CPUs < -1 || asked.IOBps < -1 || (asked.MemoryBytes > 0 && asked.MemoryBytes < 16<<20) || (asked.Pids > 0 && asked.Pids < 8) {
-		invalid("limits %+v: use positive values (at least 8 pids and 16 MiB of memory), 0 for the default or -1 for none", asked)
+	if err := asked.Validate(); err != nil {
+		invalid("%w", err)
 		return
 	}
 	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,

@@ -37,7 +37,7 @@ func TestExitCannotStart(t *testing.T) {
 			}
 			d := New(Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1",
 				Credentials: func(string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }})
-			p, err := d.Start(context.Background(), driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"/no/such/bin"}}})
+			p, err := d.Start(context.Background(), driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"/no/such/bin"}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,10 @@ package process
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
+
+	"github.com/stockade-dev/stockade/contract"
 
 	"github.com/stockade-dev/stockade/sandbox/spec"
 )
@@ -25,7 +28,17 @@ func (p *proc) Drift() string { return p.drift }
 // drift compares the boundary settings in the spec file of the supervisor
 // of name (written at its start) with those this driver would write now.
 func (d *Driver) drift(name string) string {
-	running, err := spec.Read(d.layout().SpecFile(name))
+	root, err := d.sandboxes()
+	if err != nil {
+		return ""
+	}
+	defer root.Close()
+	rel := filepath.Join(name, contract.SpecFileName)
+	b, err := root.ReadFile(rel)
+	if err != nil {
+		return ""
+	}
+	running, err := spec.Decode(rel, b)
 	if err != nil {
 		return ""
 	}

@@ -28,7 +28,7 @@ func TestDriftOfAdoptedSupervisor(t *testing.T) {
 	cfg := Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1", Hosts: "/etc/hosts", MaxConns: 0,
 		Credentials: func(string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }}
 	ctx := context.Background()
-	p, err := New(cfg).Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	p, err := New(cfg).Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"true"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,19 +88,55 @@ var _ driver.Driver = (*Driver)(nil)
 
 func (d *Driver) layout() contract.StateDir { return contract.StateDir(d.cfg.StateDir) }
 
-// Workspace implements driver.Driver.
-func (d *Driver) Workspace(name string) string { return d.layout().Workspace(name) }
+// Workspace implements driver.Driver ("" for a name CheckName refuses:
+// names reach the driver checked).
+func (d *Driver) Workspace(name string) string {
+	ws, err := d.layout().Workspace(name)
+	if err != nil {
+		return ""
+	}
+	return ws
+}
+
+// sandboxes opens the state dir's sandboxes directory as an os.Root: every
+// file the driver makes, reads or removes for a sandbox is reached through
+// it, so no name (checked first anyway) and no link can take the driver
+// outside the state dir. The workload writes only beneath a workspace,
+// which the driver never resolves a path through (Remove unlinks what is
+// there, links included, without following them).
+func (d *Driver) sandboxes() (*os.Root, error) {
+	dir := d.layout().Sandboxes()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sandboxes dir: %w", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes dir: %w", err)
+	}
+	return root, nil
+}
 
 // Start implements driver.Driver: it writes the spec (0600) and starts
 // `stockade supervisor --spec FILE` detached, its output appended to the
 // creation's supervisor.log.
 func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error) {
-	name, l0 := l.Spec.Name, d.layout()
-	ws, logs := l0.Workspace(name), l0.Logs(name, l.Spec.UID)
-	if err := os.MkdirAll(ws, 0o755); err != nil {
+	name := l.Spec.Name
+	logsRel, err := contract.LogsRel(name, l.Spec.UID)
+	if err != nil {
+		return nil, fmt.Errorf("start supervisor: %w", err)
+	}
+	root, err := d.sandboxes()
+	if err != nil {
+		return nil, fmt.Errorf("start supervisor: %w", err)
+	}
+	defer root.Close()
+	wsRel, specRel := filepath.Join(name, contract.WorkspaceDir), filepath.Join(name, contract.SpecFileName)
+	under := d.layout().Sandboxes()
+	ws, logs := filepath.Join(under, wsRel), filepath.Join(under, logsRel)
+	if err := root.MkdirAll(wsRel, 0o755); err != nil {
 		return nil, fmt.Errorf("workspace %s: %w", ws, err)
 	}
-	if err := os.MkdirAll(logs, 0o700); err != nil {
+	if err := root.MkdirAll(logsRel, 0o700); err != nil {
 		return nil, fmt.Errorf("logs %s: %w", logs, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -120,7 +157,7 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 	if c.Gateways != nil {
 		s.Gateways = gatewayList(c.Gateway, c.Gateways())
 	}
-	if err := spec.Write(l0.SpecFile(name), s); err != nil {
+	if err := spec.WriteIn(root, specRel, s); err != nil {
 		return nil, err
 	}
 	if c.Faults != nil {
@@ -128,19 +165,27 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 			return nil, fmt.Errorf("start supervisor: %w", err)
 		}
 	}
-	logFile := filepath.Join(logs, contract.SupervisorLog)
-	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", l0.SpecFile(name)}, LogFile: logFile, Dir: l0.Sandbox(name)})
+	logRel := filepath.Join(logsRel, contract.SupervisorLog)
+	out, err := root.OpenFile(logRel, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("driver: open supervisor log: %w", err)
+	}
+	defer out.Close()
+	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", filepath.Join(under, specRel)}, Out: out, Dir: filepath.Join(under, name)})
 	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	d.keep(h)
 	d.mu.Unlock()
-	return &proc{Handle: h, log: logFile}, nil
+	return &proc{Handle: h, log: filepath.Join(under, logRel)}, nil
 }
 
 // Adopt implements driver.Driver.
 func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, error) {
+	if err := contract.CheckName(name); err != nil {
+		return nil, fmt.Errorf("adopt supervisor %d: %w", pid, err)
+	}
 	h, err := d.adopt(pid)
 	if errors.Is(err, ErrGone) {
 		return nil, fmt.Errorf("sandbox %s: supervisor %d: %w", name, pid, driver.ErrGone)
@@ -148,12 +193,36 @@ func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, er
 	if err != nil {
 		return nil, err
 	}
-	// Its log is that of the creation it serves: the newest log dir.
-	log := ""
-	if dirs, _ := filepath.Glob(d.layout().Logs(name, "*")); len(dirs) > 0 {
-		log = filepath.Join(dirs[len(dirs)-1], contract.SupervisorLog)
+	return &proc{Handle: h, log: d.newestLog(name), drift: d.drift(name)}, nil
+}
+
+// newestLog returns the supervisor log of the creation of name whose log
+// directory changed last (the one a live supervisor serves), or "".
+func (d *Driver) newestLog(name string) string {
+	root, err := d.sandboxes()
+	if err != nil {
+		return ""
 	}
-	return &proc{Handle: h, log: log, drift: d.drift(name)}, nil
+	defer root.Close()
+	logsRel := filepath.Join(name, contract.LogsDir)
+	dirs, err := fs.ReadDir(root.FS(), logsRel)
+	if err != nil {
+		return ""
+	}
+	newest, when := "", time.Time{}
+	for _, e := range dirs {
+		info, err := e.Info()
+		if err != nil || !e.IsDir() || contract.CheckUID(e.Name()) != nil {
+			continue
+		}
+		if newest == "" || info.ModTime().After(when) {
+			newest, when = e.Name(), info.ModTime()
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	return filepath.Join(d.layout().Sandboxes(), logsRel, newest, contract.SupervisorLog)
 }
 
 // adopt returns the watch of supervisor pid: the one this gateway has
@@ -181,21 +250,37 @@ func (d *Driver) adopt(pid int) (*Handle, error) {
 // The sandbox's cgroup goes first: its supervisor removes it on the way
 // out, but one that was killed leaves it behind, and an empty group still
 // holds kernel memory (found: 12,488 left by killed supervisors on a test
-// machine, 1.1 GB of unreclaimable slab).
+// machine, 1.1 GB of unreclaimable slab). Files are removed through the
+// state dir's root (Driver.sandboxes): a name that is not a sandbox name
+// is refused before anything is touched.
 func (d *Driver) Remove(_ context.Context, name, uid string, keepWorkspace bool) error {
-	var errs []error
-	if err := cgroup.RemoveNamed(cgroup.SandboxGroup(name, d.layout().Sandbox(name)), groupWait); err != nil {
-		errs = append(errs, fmt.Errorf("sandbox %s: %w", name, err))
+	dir, err := d.layout().Sandbox(name)
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
 	}
-	gone := d.layout().Sandbox(name)
+	gone := name
 	switch {
 	case keepWorkspace && uid == "":
-		return errors.Join(errs...) // a record of an earlier version: its logs lie beside the workspace
+		gone = "" // a record of an earlier version: its logs lie beside the workspace
 	case keepWorkspace:
-		gone = d.layout().Logs(name, uid)
+		if gone, err = contract.LogsRel(name, uid); err != nil {
+			return fmt.Errorf("remove: %w", err)
+		}
 	}
-	if err := os.RemoveAll(gone); err != nil {
-		errs = append(errs, fmt.Errorf("sandbox %s: remove %s: %w", name, gone, err))
+	var errs []error
+	if err := cgroup.RemoveNamed(cgroup.SandboxGroup(name, dir), groupWait); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox %s: %w", name, err))
+	}
+	if gone == "" {
+		return errors.Join(errs...)
+	}
+	root, err := d.sandboxes()
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("sandbox %s: %w", name, err))...)
+	}
+	defer root.Close()
+	if err := root.RemoveAll(gone); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox %s: remove %s: %w", name, filepath.Join(d.layout().Sandboxes(), gone), err))
 	}
 	return errors.Join(errs...)
 }

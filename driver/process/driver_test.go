@@ -35,20 +35,20 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 		}})
 	l := contract.StateDir(state)
 	ctx := context.Background()
-	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"true"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := os.Stat(l.SpecFile("s"))
+	st, err := os.Stat(testenv.Path(t)(l.SpecFile("s")))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("spec file: %v %v, want mode 0600", st, err)
 	}
-	if sp, err := spec.Read(l.SpecFile("s")); err != nil || sp.Instance != "i1" || sp.LogDir != l.Logs("s", "u1") || sp.Workspace != d.Workspace("s") {
+	if sp, err := spec.Read(testenv.Path(t)(l.SpecFile("s"))); err != nil || sp.Instance != "i1" || sp.LogDir != testenv.Path(t)(l.Logs("s", "a1")) || sp.Workspace != d.Workspace("s") {
 		t.Fatalf("spec: %+v %v", sp, err)
 	}
-	log := filepath.Join(l.Logs("s", "u1"), contract.SupervisorLog)
+	log := filepath.Join(testenv.Path(t)(l.Logs("s", "a1")), contract.SupervisorLog)
 	deadline := time.Now().Add(5 * time.Second)
-	for b, _ := os.ReadFile(log); !strings.Contains(string(b), "fake supervisor supervisor --spec "+l.SpecFile("s")); b, _ = os.ReadFile(log) {
+	for b, _ := os.ReadFile(log); !strings.Contains(string(b), "fake supervisor supervisor --spec "+testenv.Path(t)(l.SpecFile("s"))); b, _ = os.ReadFile(log) {
 		if time.Now().After(deadline) {
 			t.Fatalf("supervisor log: %q", b)
 		}
@@ -76,7 +76,7 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho \"some log line\"\necho \"stockade: supervisor: policy: broken\"\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p2, err := d.Start(ctx, driver.Launch{Instance: "i2", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	p2, err := d.Start(ctx, driver.Launch{Instance: "i2", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"true"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,20 +88,20 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.Workspace("s"), "kept"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Remove(ctx, "s", "u1", true); err != nil {
+	if err := d.Remove(ctx, "s", "a1", true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(d.Workspace("s"), "kept")); err != nil {
 		t.Fatalf("keep-workspace removed the workspace: %v", err)
 	}
-	if _, err := os.Stat(l.Logs("s", "u1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(testenv.Path(t)(l.Logs("s", "a1"))); !os.IsNotExist(err) {
 		t.Fatalf("the creation's logs outlived its delete: %v", err)
 	}
-	if err := d.Remove(ctx, "s", "u1", false); err != nil {
+	if err := d.Remove(ctx, "s", "a1", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(l.Sandbox("s")); !os.IsNotExist(err) {
-		t.Fatalf("delete left %s: %v", l.Sandbox("s"), err)
+	if _, err := os.Stat(testenv.Path(t)(l.Sandbox("s"))); !os.IsNotExist(err) {
+		t.Fatalf("delete left %s: %v", testenv.Path(t)(l.Sandbox("s")), err)
 	}
 }
 
@@ -129,12 +129,12 @@ func TestDriverSpecGateways(t *testing.T) {
 			}
 			d := New(Config{StateDir: state, Binary: bin, Gateway: "10.0.0.1:7420", Gateways: tc.gateways,
 				Credentials: func(string) (spec.Credentials, error) { return spec.Credentials{CA: "ca", Cert: "c", Key: "k"}, nil }})
-			p, err := d.Start(context.Background(), driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+			p, err := d.Start(context.Background(), driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"true"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			<-p.Done()
-			sp, err := spec.Read(contract.StateDir(state).SpecFile("s"))
+			sp, err := spec.Read(testenv.Path(t)(contract.StateDir(state).SpecFile("s")))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestDriverAdoptAgainSharesTheWatch(t *testing.T) {
 	d := New(Config{StateDir: state, Binary: bin, Gateway: "127.0.0.1:1",
 		Credentials: func(name string) (spec.Credentials, error) { return spec.Credentials{}, nil }})
 	ctx := context.Background()
-	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "u1", Argv: []string{"true"}}})
+	p, err := d.Start(ctx, driver.Launch{Instance: "i1", Spec: store.Spec{Name: "s", UID: "a1", Argv: []string{"true"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,18 +196,18 @@ func TestDriverRemoveLeftGroup(t *testing.T) {
 	testenv.NeedRoot(t)
 	state, other := t.TempDir(), t.TempDir()
 	l := contract.StateDir(state)
-	left, err := cgroup.New(cgroup.SandboxGroup("s", l.Sandbox("s")), cgroup.Limits{})
+	left, err := cgroup.New(cgroup.SandboxGroup("s", testenv.Path(t)(l.Sandbox("s"))), cgroup.Limits{})
 	if err != nil {
 		testenv.Unavailable(t, "no cgroup: %v", err)
 	}
 	t.Cleanup(func() { _ = left.Remove() })
-	kept, err := cgroup.New(cgroup.SandboxGroup("s", contract.StateDir(other).Sandbox("s")), cgroup.Limits{})
+	kept, err := cgroup.New(cgroup.SandboxGroup("s", testenv.Path(t)(contract.StateDir(other).Sandbox("s"))), cgroup.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kept.Remove() })
 	d := New(Config{StateDir: state})
-	if err := d.Remove(context.Background(), "s", "u1", false); err != nil {
+	if err := d.Remove(context.Background(), "s", "a1", false); err != nil {
 		t.Fatal(err)
 	}
 	if procs, err := left.Procs(); err == nil {

@@ -97,3 +97,16 @@ func MainWithStockade(m *testing.M, pkg string, bin *string) int {
 	*bin = b
 	return m.Run()
 }
+
+// Path returns a function that returns the path of a (path, error) pair
+// (contract.StateDir's methods) and fails t on the error:
+// testenv.Path(t)(layout.Workspace("demo")).
+func Path(t testing.TB) func(string, error) string {
+	return func(p string, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+
+	"github.com/stockade-dev/stockade/contract"
 )
 
 // Supervisor is the spec of one supervisor instance.
@@ -82,29 +84,45 @@ type Credentials struct {
 	Key  string `json:"key"`
 }
 
-// Write writes s to path atomically with mode 0600.
-func Write(path string, s Supervisor) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+// WriteIn writes s to name beneath root atomically with mode 0600: the
+// gateway writes every spec through the state dir's root, so no name can
+// lead it elsewhere.
+func WriteIn(root *os.Root, name string, s Supervisor) error {
+	b, err := Encode(s)
 	if err != nil {
-		return fmt.Errorf("spec: encode: %w", err)
+		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	tmp := name + ".tmp"
+	if err := root.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("spec: write %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("spec: install %s: %w", path, err)
+	if err := root.Rename(tmp, name); err != nil {
+		return fmt.Errorf("spec: install %s: %w", name, err)
 	}
 	return nil
 }
 
-// Read reads a spec written by Write.
+// Encode returns the spec file's content.
+func Encode(s Supervisor) ([]byte, error) {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("spec: encode: %w", err)
+	}
+	return b, nil
+}
+
+// Read reads a spec written by WriteIn.
 func Read(path string) (Supervisor, error) {
-	var s Supervisor
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return s, fmt.Errorf("spec: read %s: %w", path, err)
+		return Supervisor{}, fmt.Errorf("spec: read %s: %w", path, err)
 	}
+	return Decode(path, b)
+}
+
+// Decode decodes the content of the spec file path.
+func Decode(path string, b []byte) (Supervisor, error) {
+	var s Supervisor
 	if err := json.Unmarshal(b, &s); err != nil {
 		return s, fmt.Errorf("spec: decode %s: %w", path, err)
 	}
@@ -113,6 +131,9 @@ func Read(path string) (Supervisor, error) {
 	}
 	if s.Credentials.CA == "" || s.Credentials.Cert == "" || s.Credentials.Key == "" {
 		return s, fmt.Errorf("spec: %s lacks the supervisor's credentials (written by an older gateway?)", path)
+	}
+	if err := contract.CheckName(s.Name); err != nil {
+		return s, fmt.Errorf("spec: %s: %w", path, err)
 	}
 	return s, nil
 }

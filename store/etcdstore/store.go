@@ -111,11 +111,13 @@ func Encode(rec store.Record) ([]byte, error) {
 	return data, nil
 }
 
-// DecodeKV decodes a record read from etcd, its revision from the key's
-// ModRevision.
-func DecodeKV(value []byte, modRevision int64) (store.Record, error) {
+// DecodeKV decodes a record read from etcd under the key of sandbox name,
+// its revision from the key's ModRevision. It is validated as
+// store.Decode validates (store.ErrInvalid): anyone who can write etcd's
+// keys wrote it.
+func DecodeKV(name string, value []byte, modRevision int64) (store.Record, error) {
 	var rec store.Record
-	if err := store.Decode(value, &rec); err != nil {
+	if err := store.Decode(name, value, &rec); err != nil {
 		return store.Record{}, err
 	}
 	rec.Revision = uint64(modRevision)
@@ -128,8 +130,8 @@ func DecodeKV(value []byte, modRevision int64) (store.Record, error) {
 // store.ErrConflict and writes nothing.
 func (s *Store) Put(ctx context.Context, rec store.Record) (uint64, error) {
 	name := rec.Spec.Name
-	if name == "" {
-		return 0, fmt.Errorf("etcdstore %s: put: the record has no sandbox name", s.endpoints)
+	if err := rec.Validate(""); err != nil {
+		return 0, s.errorf("put", name, err)
 	}
 	want := rec.Revision
 	if want > math.MaxInt64 {
@@ -208,7 +210,7 @@ func (s *Store) Get(ctx context.Context, name string) (store.Record, error) {
 	if len(resp.Kvs) == 0 {
 		return store.Record{}, s.errorf("get", name, store.ErrNotFound)
 	}
-	rec, err := DecodeKV(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	rec, err := DecodeKV(name, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 	if err != nil {
 		return store.Record{}, s.errorf("get", name, err)
 	}
@@ -229,7 +231,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 	var errs []error
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), s.prefix)
-		rec, err := DecodeKV(kv.Value, kv.ModRevision)
+		rec, err := DecodeKV(name, kv.Value, kv.ModRevision)
 		if err != nil {
 			errs = append(errs, s.errorf("list", name, err))
 			continue

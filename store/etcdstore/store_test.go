@@ -52,7 +52,7 @@ func testRecord(name string, i int) store.Record {
 	return store.Record{
 		Spec: store.Spec{
 			Name:          name,
-			UID:           fmt.Sprintf("uid-%d", i),
+			UID:           fmt.Sprintf("a%d", i),
 			Policy:        "version: 1\n",
 			PolicyVersion: uint64(i + 1),
 			Workdir:       "/sandbox",
