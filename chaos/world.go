@@ -134,7 +134,10 @@ func (w *world) startNode(ctx context.Context, i int) error {
 	args := []string{"gateway", "run", "--state-dir", w.state, "--listen", listen, "--relay-listen", relay,
 		"--hosts", w.hosts, "--allow-loopback-upstream", "--log-format", "json", "--metrics", "127.0.0.1:0", "--chaos"}
 	if w.cl != nil {
-		args = append(args, "--etcd", w.cl.proxies[i].URL(), "--node", g.name, "--lease-ttl", w.cl.ttl.String())
+		// Plain http, by name: the harness's own etcd in its temporary
+		// dir, reached through its fault proxies (which cut and delay
+		// the TCP streams); e2e's cluster tests run etcd with mutual TLS.
+		args = append(args, "--etcd", w.cl.proxies[i].URL(), "--etcd-insecure", "--node", g.name, "--lease-ttl", w.cl.ttl.String())
 	}
 	args = append(args, w.gwFlags...)
 	// A restart keeps its ports; another process's outgoing connection

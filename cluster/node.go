@@ -150,6 +150,10 @@ func Join(ctx context.Context, cfg Config, notify func(Event)) (*Node, error) {
 	if cfg.Self.Node == "" || cfg.Self.API == "" {
 		return nil, errors.New("cluster: join: the node needs a name and an API address")
 	}
+	// Other nodes refuse a node entry that does not validate: so does Join.
+	if err := cfg.Self.validate(cfg.Self.Node); err != nil {
+		return nil, fmt.Errorf("cluster: join: %w (name the node with --node, its host with --host-id)", err)
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}

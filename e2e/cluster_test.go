@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/internal/etcdtest"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/internal/testworld"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // clusterWorld is a real etcd and gateway nodes on this host sharing one
@@ -45,10 +46,19 @@ type clusterNode struct {
 func newClusterWorld(t testing.TB, n int, extra ...string) *clusterWorld {
 	t.Helper()
 	w := prepareWorld(t, 0)
-	c := &clusterWorld{world: w, etcd: etcdtest.Start(t), extra: extra}
-	if out, err := exec.Command(bin, "cluster", "init", filepath.Join(w.state, "pki")).CombinedOutput(); err != nil {
+	pki := filepath.Join(w.state, "pki")
+	if out, err := exec.Command(bin, "cluster", "init", pki).CombinedOutput(); err != nil {
 		t.Fatalf("cluster init: %v\n%s", err, out)
 	}
+	// etcd as an operator runs it: mutual TLS with what cluster init made,
+	// client certificates required (the nodes refuse plain http unless
+	// told --etcd-insecure).
+	et := filepath.Join(pki, trust.EtcdDir)
+	files := &etcdtest.TLSFiles{CA: filepath.Join(et, trust.CACertFile),
+		ServerCert: filepath.Join(et, trust.EtcdServerCert), ServerKey: filepath.Join(et, trust.EtcdServerKey),
+		ClientCert: filepath.Join(et, trust.EtcdClientCert), ClientKey: filepath.Join(et, trust.EtcdClientKey)}
+	c := &clusterWorld{world: w, etcd: etcdtest.StartWithTLS(t, files), extra: append([]string{
+		"--etcd-cacert", files.CA, "--etcd-cert", files.ClientCert, "--etcd-key", files.ClientKey}, extra...)}
 	for i := range n {
 		c.nodes = append(c.nodes, &clusterNode{name: fmt.Sprintf("n%d", i+1)})
 	}

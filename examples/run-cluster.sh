@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make run-cluster`: a cluster of three gateway nodes (n1 n2 n3) on this
-# machine, on their own etcd, sharing one state dir, with six sample
+# machine, on their own etcd (mutual TLS with the certificates `stockade
+# cluster init` makes: only the nodes can write its keys), sharing one
+# state dir, with six sample
 # sandboxes (make run's workload: calls a local offline upstream through the
 # sandbox's proxy every few seconds) spread over the nodes. Kill a node and
 # its sandboxes move to the others within seconds; their supervisors and
@@ -51,7 +53,8 @@ done
 
 RUN=$(mktemp -d -t stockade-run-cluster.XXXXXX)
 STATE="$RUN/state" UPSTREAM=127.0.0.1:$UPORT
-ETCD_URL=http://127.0.0.1:$EPORT
+ETCD_URL=https://127.0.0.1:$EPORT
+ETLS="$STATE/pki/etcd"   # made by cluster init below: etcd's own CA, its server and the nodes' client certificate
 ALL=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))
 S=(--state-dir "$STATE")
 pids=() etcd_pid=
@@ -89,10 +92,16 @@ poll() {
   return 1
 }
 
+# The cluster's CA, and etcd's TLS files: whoever can write etcd's keys
+# rewrites every sandbox, so etcd takes only the nodes' client certificate
+# (clients and peers alike).
+"$BIN" cluster init "$STATE/pki" >/dev/null
 "$ETCD" --name run-cluster --data-dir "$RUN/etcd" \
   --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
-  --listen-peer-urls "http://127.0.0.1:$((EPORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((EPORT + 1))" \
-  --initial-cluster "run-cluster=http://127.0.0.1:$((EPORT + 1))" 2>"$RUN/etcd.log" &
+  --cert-file "$ETLS/server.crt" --key-file "$ETLS/server.key" --client-cert-auth --trusted-ca-file "$ETLS/ca.crt" \
+  --listen-peer-urls "https://127.0.0.1:$((EPORT + 1))" --initial-advertise-peer-urls "https://127.0.0.1:$((EPORT + 1))" \
+  --peer-cert-file "$ETLS/server.crt" --peer-key-file "$ETLS/server.key" --peer-client-cert-auth --peer-trusted-ca-file "$ETLS/ca.crt" \
+  --initial-cluster "run-cluster=https://127.0.0.1:$((EPORT + 1))" 2>"$RUN/etcd.log" &
 etcd_pid=$!
 etcd_healthy() {
   kill -0 "$etcd_pid" 2>/dev/null || {
@@ -100,18 +109,18 @@ etcd_healthy() {
     echo "make run-cluster: etcd did not start; other ports: STOCKADE_ETCD_PORT=$((EPORT + 100)) make run-cluster" >&2
     exit 1
   }
-  curl -fsS -m 1 "$ETCD_URL/health" 2>/dev/null | grep -q '"health": *"true"'
+  curl -fsS -m 1 --cacert "$ETLS/ca.crt" --cert "$ETLS/client.crt" --key "$ETLS/client.key" "$ETCD_URL/health" 2>/dev/null | grep -q '"health": *"true"'
 }
 poll 200 etcd_healthy || { tail -n 20 "$RUN/etcd.log" >&2; echo "make run-cluster: etcd at $ETCD_URL not healthy within 20s" >&2; exit 1; }
 
-"$BIN" cluster init "$STATE/pki" >/dev/null
 go build -o "$RUN/upstream" ./examples/upstream
 "$RUN/upstream" -listen "$UPSTREAM" & pids+=($!)
 
 # node_cmd I: node I's command line (also printed for a restart).
 node_cmd() {
   local n=${NODES[$1]}
-  cmd=("$PWD/$BIN" gateway run --etcd "$ETCD_URL" --node "$n" --listen "127.0.0.1:$((BASE + $1))"
+  cmd=("$PWD/$BIN" gateway run --etcd "$ETCD_URL" --etcd-cacert "$ETLS/ca.crt" --etcd-cert "$ETLS/client.crt" --etcd-key "$ETLS/client.key"
+    --node "$n" --listen "127.0.0.1:$((BASE + $1))"
     --state-dir "$STATE" --hosts "$PWD/examples/hosts" --allow-loopback-upstream --lease-ttl 3s
     --log-format json --ready-file "$RUN/$n.ready")
 }
@@ -142,7 +151,7 @@ if [ "$UPORT" != 18080 ]; then
   sed "s/18080/$UPORT/g" examples/policy.yaml >"$POLICY"
 fi
 
-echo "etcd: $ETCD_URL (data: $RUN/etcd), state: $STATE, local upstream: $UPSTREAM"
+echo "etcd: $ETCD_URL (mutual TLS, files in $ETLS; data: $RUN/etcd), state: $STATE, local upstream: $UPSTREAM"
 for i in 0 1 2; do
   n=${NODES[$i]}
   printf 'node %s: %s (SSH relay %s), pid %s, log %s\n' "$n" "127.0.0.1:$((BASE + i))" \

@@ -9,12 +9,18 @@ import (
 	"strings"
 )
 
-// etcdTLSFiles are the --etcd-cacert, --etcd-cert and --etcd-key files.
-type etcdTLSFiles struct{ ca, cert, key string }
+// etcdTLSFiles are the --etcd-cacert, --etcd-cert and --etcd-key files,
+// and --etcd-insecure.
+type etcdTLSFiles struct {
+	ca, cert, key string
+	insecure      bool
+}
 
 // config returns the TLS of the cluster's etcd connections: nil for plain
-// http endpoints with no files; an error naming the fix when the files and
-// the endpoints' schemes disagree or a file is unusable.
+// http endpoints with no files, only with --etcd-insecure; an error naming
+// the fix when the files and the endpoints' schemes disagree, a file is
+// unusable or plain http is not asked for by name. Whoever can write etcd's
+// keys rewrites every sandbox record, and the nodes act on them as root.
 func (f etcdTLSFiles) config(endpoints []string) (*tls.Config, error) {
 	https := 0
 	for _, e := range endpoints {
@@ -28,6 +34,10 @@ func (f etcdTLSFiles) config(endpoints []string) (*tls.Config, error) {
 		return nil, errors.New("--etcd: mixed http:// and https:// endpoints: use one scheme for every etcd endpoint")
 	case https == 0 && files:
 		return nil, errors.New("--etcd-cacert/--etcd-cert/--etcd-key need https:// etcd endpoints (the given ones are plain http)")
+	case https == 0 && !f.insecure:
+		return nil, errors.New("--etcd with http:// endpoints: anyone who reaches etcd could then rewrite every sandbox record, and the nodes act on them; " +
+			"use https:// with --etcd-cacert, --etcd-cert and --etcd-key (stockade cluster init DIR makes them, for an etcd run with --client-cert-auth), " +
+			"or add --etcd-insecure to accept the risk (an etcd only you can reach, a test)")
 	case https == 0:
 		return nil, nil
 	case (f.cert == "") != (f.key == ""):

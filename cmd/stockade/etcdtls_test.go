@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// The etcd TLS flags and the endpoints' schemes must agree; a key readable
-// by others and a missing half of a pair are refused with the fix.
+// The etcd TLS flags and the endpoints' schemes must agree; plain http
+// needs --etcd-insecure; a key readable by others and a missing half of a
+// pair are refused with the fix.
 func TestEtcdTLSFlags(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "k")
@@ -22,7 +23,8 @@ func TestEtcdTLSFlags(t *testing.T) {
 		want  string // "" : no error
 		tls   bool
 	}{
-		{"plain", etcdTLSFiles{}, []string{"http://a:2379"}, "", false},
+		{"plain", etcdTLSFiles{}, []string{"http://a:2379"}, "add --etcd-insecure to accept the risk", false},
+		{"plain, insecure by name", etcdTLSFiles{insecure: true}, []string{"http://a:2379"}, "", false},
 		{"https system roots", etcdTLSFiles{}, []string{"https://a:2379"}, "", true},
 		{"mixed", etcdTLSFiles{}, []string{"http://a:2379", "https://b:2379"}, "mixed http:// and https://", false},
 		{"files on http", etcdTLSFiles{ca: "x"}, []string{"http://a:2379"}, "need https://", false},

@@ -51,7 +51,9 @@ needs the cluster's CA in <state-dir>/pki (stockade cluster init DIR); the
 nodes of one host share its --state-dir (the sandboxes' files).`,
 		Example: `  stockade gateway run
   stockade gateway run --listen 127.0.0.1:7420 --state-dir /var/lib/stockade
-  stockade gateway run --etcd http://127.0.0.1:2379 --node n1 --listen 127.0.0.1:7421`,
+  stockade cluster init /tmp/cluster-ca   # the CA, and etcd's TLS in /tmp/cluster-ca/etcd
+  stockade gateway run --etcd https://127.0.0.1:2379 --etcd-cacert /tmp/cluster-ca/etcd/ca.crt \
+    --etcd-cert /tmp/cluster-ca/etcd/client.crt --etcd-key /tmp/cluster-ca/etcd/client.key --node n1 --listen 127.0.0.1:7421`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Log = newLogger(cmd)
@@ -131,6 +133,7 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 	f.StringVar(&etcdTLS.ca, "etcd-cacert", "", "cluster: CA bundle that signs etcd's server certificate (https endpoints)")
 	f.StringVar(&etcdTLS.cert, "etcd-cert", "", "cluster: this node's client certificate for etcd (with --etcd-key; when etcd requires client certificates)")
 	f.StringVar(&etcdTLS.key, "etcd-key", "", "cluster: the key of --etcd-cert (mode 0600)")
+	f.BoolVar(&etcdTLS.insecure, "etcd-insecure", false, "cluster: accept http:// etcd endpoints (anyone who reaches etcd can rewrite every sandbox; tests and an etcd only you can reach)")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "", "cluster: the prefix of every key (default /stockade/; several clusters on one etcd)")
 	f.StringVar(&readyFile, "ready-file", "", "once serving, write this file (JSON: api, relay, metrics, state_dir, pid); removed when the gateway stops")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.

@@ -118,3 +118,11 @@ func makeCert(t testing.TB, dir, name string, parent *x509.Certificate, parentKe
 	}
 	return cert, key
 }
+
+// StartWithTLS starts etcd serving https on 127.0.0.1 with files (made
+// elsewhere, e.g. by `stockade cluster init`), requiring client
+// certificates from files.CA.
+func StartWithTLS(t testing.TB, files *TLSFiles) *Server {
+	t.Helper()
+	return start(t, files)
+}
