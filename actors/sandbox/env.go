@@ -14,6 +14,8 @@ import (
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/errdefs"
+	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -75,9 +77,43 @@ func (e *Env) openLifecycleAudit(name, uid string) (*audit.File, error) {
 
 // DefaultLimits are what a sandbox gets when neither its create nor the
 // gateway says otherwise: enough for an agent or a build, not enough to
-// take the host down.
+// take the host down. The workload's log keeps 64 MiB on disk (the live
+// file and three rotated ones) and 1,000 lines a second, 10,000 at once.
 func DefaultLimits() store.Limits {
-	return store.Limits{Pids: 512, MemoryBytes: 2 << 30, CPUs: 2}
+	return store.Limits{Pids: 512, MemoryBytes: 2 << 30, CPUs: 2, LogBytes: 64 << 20, LogLinesPerSec: 1000, LogBurst: 10000}
+}
+
+// MinLogBytes is the smallest log cap a sandbox may ask for: each of the
+// log's four files then holds at least 64 KiB, more than its longest
+// line (the supervisor cuts lines at 16 KiB).
+const MinLogBytes = 256 << 10
+
+// checkLimits refuses limits a create may not ask for (0: the default, -1:
+// none).
+func checkLimits(l store.Limits) error {
+	if l.Pids < -1 || l.MemoryBytes < -1 || l.CPUs < -1 || l.IOBps < -1 || l.LogBytes < -1 || l.LogLinesPerSec < -1 ||
+		(l.MemoryBytes > 0 && l.MemoryBytes < 16<<20) || (l.Pids > 0 && l.Pids < 8) {
+		return errdefs.Invalid("limits %+v: use positive values (at least 8 pids and 16 MiB of memory), 0 for the default or -1 for none", l)
+	}
+	if l.LogBytes > 0 && l.LogBytes < MinLogBytes {
+		return errdefs.Invalid("log size %d bytes: use at least %d (256K), 0 for the default or -1 for none", l.LogBytes, MinLogBytes)
+	}
+	if l.LogBurst < 0 {
+		return errdefs.Invalid("log burst %d lines: use a positive number of lines, or 0 for the default", l.LogBurst)
+	}
+	return nil
+}
+
+// limitsProto is l on the wire.
+func limitsProto(l store.Limits) *messages.Limits {
+	return &messages.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, Cpus: l.CPUs, IoBps: l.IOBps,
+		LogBytes: l.LogBytes, LogLinesPerSec: l.LogLinesPerSec, LogBurst: l.LogBurst}
+}
+
+// limitsOf is l from the wire (nil: all defaults).
+func limitsOf(l *messages.Limits) store.Limits {
+	return store.Limits{Pids: l.GetPids(), MemoryBytes: l.GetMemoryBytes(), CPUs: l.GetCpus(), IOBps: l.GetIoBps(),
+		LogBytes: l.GetLogBytes(), LogLinesPerSec: l.GetLogLinesPerSec(), LogBurst: l.GetLogBurst()}
 }
 
 // limits are the gateway's defaults for a sandbox's unset limits.

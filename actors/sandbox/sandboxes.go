@@ -217,12 +217,9 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 	if len(argv) == 0 {
 		argv = defaultArgv()
 	}
-	var asked store.Limits
-	if l := m.GetLimits(); l != nil {
-		asked = store.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.Cpus, IOBps: l.IoBps}
-	}
-	if asked.Pids < -1 || asked.MemoryBytes < -1 || asked.CPUs < -1 || asked.IOBps < -1 || (asked.MemoryBytes > 0 && asked.MemoryBytes < 16<<20) || (asked.Pids > 0 && asked.Pids < 8) {
-		invalid("limits %+v: use positive values (at least 8 pids and 16 MiB of memory), 0 for the default or -1 for none", asked)
+	asked := limitsOf(m.GetLimits())
+	if err := checkLimits(asked); err != nil {
+		ctx.Respond(errdefs.Reply(err))
 		return
 	}
 	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
