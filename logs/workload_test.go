@@ -129,4 +129,11 @@ func TestFollowAcrossWorkloadRotations(t *testing.T) {
 	}
 	appendFile(t, p, current(120, WorkloadOut, "j"))
 	eq(t, "after all", poll(t, r, 1), []string{"out@120:j"})
+	// The files read to their end are closed: a long follow holds the
+	// live file of each source, not one per rotation it passed.
+	for _, s := range r.srcs {
+		if len(s.segs) != 1 {
+			t.Fatalf("%s: %d files held after the rotations, want the live one", s.kind, len(s.segs))
+		}
+	}
 }

@@ -350,6 +350,11 @@ func TestLineRateDropsAndSaysSo(t *testing.T) {
 	if got := tl.read(); len(got) != 20 || got[19] != "out:a19" {
 		t.Fatalf("after the flood: %d entries %q, want a0..a19", len(got), got)
 	}
+	// The 80 were counted, not cut apart and handed over one by one (a
+	// flood costs a count of its newlines).
+	if n := cap(w.lines); n >= 100 {
+		t.Fatalf("the writer held room for %d lines: it cut all 100 of the flood apart, not the 20 the rate keeps", n)
+	}
 	tl.clk.Advance(markerEvery - time.Millisecond)
 	if got := tl.read(); len(got) != 20 {
 		t.Fatalf("a marker before %s: %q", markerEvery, got[20:])
