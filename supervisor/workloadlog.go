@@ -128,6 +128,7 @@ type workloadLog struct {
 	markerStop func() bool // the armed marker timer (nil: none)
 	failed     int64       // write failures, for the log's own warning
 	retryAt    time.Time   // a failed rotation is not tried again before
+	rotFailing bool        // the last rotation failed (said once)
 	closed     bool
 
 	// What the heartbeats report (read without mu).
@@ -324,8 +325,15 @@ func (l *workloadLog) roomLocked(n int, now time.Time) bool {
 	l.diskBytes.Store(l.file.bytes())
 	if err != nil {
 		l.retryAt = now.Add(retryEvery)
-		l.log.Error().Err(err).Msg("workload log: rotation failed; lines are dropped until it works (tried again every second)")
+		if !l.rotFailing {
+			l.log.Error().Err(err).Msg("workload log: rotation failed; lines are dropped until it works (tried again every second)")
+		}
+		l.rotFailing = true
 		return false
+	}
+	if l.rotFailing {
+		l.log.Info().Msg("workload log: rotated again")
+		l.rotFailing = false
 	}
 	return l.file.fits(0, n)
 }
