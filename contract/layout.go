@@ -12,7 +12,7 @@ import "path/filepath"
 //	  spec.json                 the current supervisor's spec (0600)
 //	  workspace/                /sandbox inside (kept by delete --keep-workspace)
 //	  logs/UID/                 the logs of one creation (UID: `get -o json` "uid")
-//	    workload.log            the workload's output (one JSON line per line)
+//	    workload.log            the workload's output ("TIME STREAM LINE"; .1-.3 rotated)
 //	    audit.jsonl             the boundary's decisions
 //	    lifecycle.jsonl         the sandbox's transitions
 //	    supervisor.log          the supervisor's own log

@@ -1,10 +1,11 @@
 // Package logs reads the logs of one creation of a sandbox (its log
 // directory, contract.StateDir.Logs): the workload's output
-// (workload.log: one JSON object per line, {"t": unix ms, "s": "out" or
-// "err", "l": the line}, written by the supervisor), the boundary's
-// decisions (audit.jsonl) and the sandbox's transitions (lifecycle.jsonl),
-// both audit events as JSON lines (package audit), rotated to FILE.1 ..
-// FILE.N.
+// (workload.log, written by the supervisor: "TIME STREAM LINE" lines after
+// WorkloadHeader, workload.go; the JSON objects and plain lines of earlier
+// supervisors still read), the boundary's decisions (audit.jsonl) and the
+// sandbox's transitions (lifecycle.jsonl), both audit events as JSON lines
+// (package audit). Each is rotated to FILE.1 (the newest) .. FILE.N and
+// read across them, oldest first.
 //
 // A Reader merges the sources in time order, applies since and tail (the
 // last N entries of the merged result, found by reading the files

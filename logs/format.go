@@ -18,7 +18,8 @@ const (
 // Format renders e as one line of text (no newline): its time in now's
 // location ("15:04:05.000" today, with the date before today, full RFC
 // 3339 with milliseconds when full is set), then "out: " or "err: " and
-// the workload's line, or the audit or lifecycle event's one-line form.
+// the workload's line ("stockade: " and the supervisor's line saying how
+// many lines it dropped), or the audit or lifecycle event's one-line form.
 // Control characters (but tabs) become \xNN or \uNNNN escapes: what a
 // workload prints cannot drive the terminal or forge a line of its own.
 func Format(e Entry, now time.Time, full bool) string {
@@ -35,7 +36,7 @@ func Format(e Entry, now time.Time, full bool) string {
 	}
 	if e.Source == SourceWorkload {
 		st := e.Stream
-		if st != StreamErr {
+		if st != StreamErr && st != StreamStockade {
 			st = StreamOut
 		}
 		return stamp + " " + st + ": " + audit.Printable(e.Text)

@@ -243,38 +243,23 @@ type segment struct {
 	f     *os.File // nil: not there (yet)
 	ino   uint64
 	mtime time.Time // at open: the time of lines in the old plain form
-	pos   int64     // the next byte to read into buf
-	end   int64     // read no further (-1: no limit)
-	buf   []byte    // read, not yet a line
-	skip  bool      // dropping the rest of an over-long line
+	// form of a workload file: WorkloadHeader's (formCurrent) or an
+	// earlier supervisor's (formLegacy); formUnknown until its first line
+	// is complete.
+	form int8
+	pos  int64  // the next byte to read into buf
+	end  int64  // read no further (-1: no limit)
+	buf  []byte // read, not yet a line
+	skip bool   // dropping the rest of an over-long line
 }
 
 func openSource(path, kind string, since time.Time, follow bool) (*source, error) {
 	s := &source{path: path, kind: kind, since: since, follow: follow}
-	if kind != SourceWorkload { // audit.File rotates to FILE.1 .. FILE.N
-		olds, _ := filepath.Glob(path + ".*")
-		type rot struct {
-			n    int
-			path string
-		}
-		var rots []rot
-		for _, p := range olds {
-			if n, err := strconv.Atoi(strings.TrimPrefix(p, path+".")); err == nil && n > 0 {
-				rots = append(rots, rot{n, p})
-			}
-		}
-		sort.Slice(rots, func(i, j int) bool { return rots[i].n > rots[j].n })
-		for _, o := range rots {
-			g, err := openSegment(o.path)
-			if err != nil {
-				s.close()
-				return nil, err
-			}
-			if g.f != nil {
-				s.segs = append(s.segs, g)
-			}
-		}
+	olds, err := openRotated(path)
+	if err != nil {
+		return nil, err
 	}
+	s.segs = olds
 	g, err := openSegment(path)
 	if err != nil {
 		s.close()
@@ -282,6 +267,48 @@ func openSource(path, kind string, since time.Time, follow bool) (*source, error
 	}
 	s.segs = append(s.segs, g)
 	return s, nil
+}
+
+// rotatedPaths lists the rotated files of path (audit.File and the supervisor's
+// workload log rotate FILE to FILE.1 .. FILE.N, FILE.1 the newest), oldest
+// first.
+func rotatedPaths(path string) []string {
+	olds, _ := filepath.Glob(path + ".*")
+	type rot struct {
+		n    int
+		path string
+	}
+	var rots []rot
+	for _, p := range olds {
+		if n, err := strconv.Atoi(strings.TrimPrefix(p, path+".")); err == nil && n > 0 {
+			rots = append(rots, rot{n, p})
+		}
+	}
+	sort.Slice(rots, func(i, j int) bool { return rots[i].n > rots[j].n })
+	out := make([]string, len(rots))
+	for i, r := range rots {
+		out[i] = r.path
+	}
+	return out
+}
+
+// openRotated opens the rotated files of path, oldest first (one that is
+// gone by then is left out).
+func openRotated(path string) ([]*segment, error) {
+	var segs []*segment
+	for _, p := range rotatedPaths(path) {
+		g, err := openSegment(p)
+		if err != nil {
+			for _, g := range segs {
+				_ = g.f.Close()
+			}
+			return nil, err
+		}
+		if g.f != nil {
+			segs = append(segs, g)
+		}
+	}
+	return segs, nil
 }
 
 func openSegment(path string) (*segment, error) {
@@ -297,11 +324,7 @@ func openSegment(path string) (*segment, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("logs: stat %s: %w", path, err)
 	}
-	g := &segment{f: f, end: st.Size(), mtime: st.ModTime()}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		g.ino = sys.Ino
-	}
-	return g, nil
+	return &segment{f: f, end: st.Size(), mtime: st.ModTime(), ino: inode(st)}, nil
 }
 
 func (s *source) close() {
@@ -364,7 +387,12 @@ func (s *source) next(buf []byte) (*Entry, error) {
 		if !ok {
 			switch {
 			case s.cur < len(s.segs)-1:
-				s.cur++
+				// Read to its end: closed (a long follow passes many
+				// rotations).
+				if g.f != nil {
+					_ = g.f.Close()
+				}
+				s.segs = append(s.segs[:s.cur], s.segs[s.cur+1:]...)
 				continue
 			case !s.follow:
 				return nil, nil
@@ -405,33 +433,116 @@ func (s *source) checkLive() (bool, error) {
 	if err != nil {
 		return false, nil // rotation in progress, or the directory is gone (deleted)
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino != g.ino {
+	if inode(st) != g.ino {
 		// Rotated: what was written to the old file before the rename is
 		// read first (the next call), then the new file.
 		s.rotated = true
 		return true, nil
 	}
 	if consumed := g.pos - int64(len(g.buf)); st.Size() < consumed {
-		g.pos, g.buf, g.skip = 0, nil, false // truncated
+		g.pos, g.buf, g.skip, g.form = 0, nil, false, formUnknown // truncated
 		return true, nil
 	}
 	return false, nil
 }
 
-// reopen moves on from a rotated live file to the file now at its path.
+// reopen moves on from a rotated live file (read to its end) to the
+// rotated files made after it, when it was rotated more than once since
+// the last look, and then to the file now at its path.
 func (s *source) reopen() error {
 	s.rotated = false
-	ng, err := openSegment(s.path)
+	old := s.live()
+	newer, err := s.rotatedAfter(old.ino)
 	if err != nil {
 		return err
 	}
+	ng, err := openSegment(s.path)
+	if err != nil {
+		closeSegments(newer)
+		return err
+	}
 	ng.pos, ng.end = 0, -1
-	old := s.live()
 	if old.f != nil {
 		_ = old.f.Close()
 	}
-	s.segs[len(s.segs)-1] = ng
+	s.segs = append(append(s.segs[:len(s.segs)-1], newer...), ng)
 	return nil
+}
+
+// rotatedAfter opens the rotated files of the source newer than the file
+// with inode ino (all of them when it is gone: it was the newest of its
+// time, so whatever is left came after it). A rotation while they are
+// listed is seen (a file is not where it was listed) and listed again.
+func (s *source) rotatedAfter(ino uint64) ([]*segment, error) {
+	for attempt := 0; ; attempt++ {
+		segs, err := openRotated(s.path)
+		if err != nil {
+			return nil, err
+		}
+		moved := false
+		for _, g := range segs {
+			if st, err := os.Stat(g.f.Name()); err != nil || inode(st) != g.ino {
+				moved = true
+			}
+		}
+		if moved && attempt < 3 {
+			closeSegments(segs)
+			continue
+		}
+		for i, g := range segs {
+			if g.ino == ino {
+				closeSegments(segs[:i+1])
+				segs = segs[i+1:]
+				break
+			}
+		}
+		return segs, nil
+	}
+}
+
+func closeSegments(segs []*segment) {
+	for _, g := range segs {
+		if g.f != nil {
+			_ = g.f.Close()
+		}
+	}
+}
+
+func inode(st os.FileInfo) uint64 {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Ino
+	}
+	return 0
+}
+
+// Forms of a workload file (segment.form).
+const (
+	formUnknown int8 = iota
+	formCurrent
+	formLegacy
+)
+
+// formOf reads (once) whether the segment starts with WorkloadHeader. It
+// is asked with a complete line in hand, so the file holds a newline:
+// a file whose first bytes are not the header is an earlier supervisor's
+// (the supervisor makes its files with the header in them).
+func (g *segment) formOf() int8 {
+	if g.form != formUnknown {
+		return g.form
+	}
+	var b [len(WorkloadHeader)]byte
+	n, err := g.f.ReadAt(b[:], 0)
+	switch {
+	case n == len(b) && string(b[:]) == WorkloadHeader:
+		g.form = formCurrent
+	case n == len(b) || bytes.IndexByte(b[:n], '\n') >= 0:
+		g.form = formLegacy
+	case err != nil && err != io.EOF:
+		return formLegacy // this once: a later line asks again
+	default:
+		return formLegacy // no complete line in the file: none asks
+	}
+	return g.form
 }
 
 // line returns the segment's next complete line (without its newline);
@@ -550,13 +661,6 @@ func (g *segment) scanBack(buf []byte, fn func(line []byte, off int64) bool) (mo
 	return true, end, nil
 }
 
-// workloadLine is a line of workload.log as the supervisor writes it.
-type workloadLine struct {
-	T int64  `json:"t"`
-	S string `json:"s"`
-	L string `json:"l"`
-}
-
 // parse turns a line of the source into an entry; ok is false for a line
 // that is none (empty, or not an event).
 func (s *source) parse(line []byte, g *segment) (*Entry, bool) {
@@ -564,17 +668,10 @@ func (s *source) parse(line []byte, g *segment) (*Entry, bool) {
 		return nil, false
 	}
 	if s.kind == SourceWorkload {
-		var w workloadLine
-		if line[0] != '{' || json.Unmarshal(line, &w) != nil {
-			// The plain form of earlier supervisors: stdout and stderr
-			// together, no time but the file's.
-			return &Entry{Time: g.mtime, Source: SourceWorkload, Stream: StreamOut, Text: clip(string(line))}, true
+		if g.formOf() == formCurrent {
+			return parseWorkload(line)
 		}
-		st := StreamOut
-		if w.S == StreamErr {
-			st = StreamErr
-		}
-		return &Entry{Time: time.UnixMilli(w.T), Source: SourceWorkload, Stream: st, Text: clip(w.L)}, true
+		return parseLegacyWorkload(line, g.mtime), true
 	}
 	var ev audit.Event
 	if json.Unmarshal(line, &ev) != nil || ev.TimeMs == 0 {

@@ -324,6 +324,9 @@ func TestFormat(t *testing.T) {
 		{Entry{Time: today, Source: SourceWorkload, Stream: StreamErr, Text: "oops"}, false, "00:00:01.005 err: oops"},
 		{Entry{Time: yesterday, Source: SourceWorkload, Stream: StreamErr, Text: "late"}, false, "2025-03-03 23:59:59.005 err: late"},
 		{Entry{Time: today, Source: SourceAudit, Text: "NET:OPEN [MED] DENIED"}, true, "2025-03-04T00:00:01.005+02:00 NET:OPEN [MED] DENIED"},
+		// The supervisor's marker has its own label; an unknown stream is out.
+		{Entry{Time: today, Source: SourceWorkload, Stream: StreamStockade, Text: "5 lines of output dropped"}, false, "00:00:01.005 stockade: 5 lines of output dropped"},
+		{Entry{Time: today, Source: SourceWorkload, Stream: "other", Text: "x"}, false, "00:00:01.005 out: x"},
 		// What a workload prints cannot move the cursor or start a line.
 		{Entry{Time: today, Source: SourceWorkload, Stream: StreamOut, Text: "a\x1b[2Jb\rc\u2028d\xff"}, false, `00:00:01.005 out: a\x1b[2Jb\x0dc\u2028d\xff`},
 	}

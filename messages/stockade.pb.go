@@ -254,13 +254,16 @@ func (x *CreateRequest) GetLimits() *Limits {
 
 // Limits of one sandbox (0: the default; -1: unlimited).
 type Limits struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pids          int64                  `protobuf:"varint,1,opt,name=pids,proto3" json:"pids,omitempty"`
-	MemoryBytes   int64                  `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // memory and swap together; tmpfs pages count too
-	Cpus          float64                `protobuf:"fixed64,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	IoBps         int64                  `protobuf:"varint,4,opt,name=io_bps,json=ioBps,proto3" json:"io_bps,omitempty"` // reads and writes on the workspace's disk, bytes/s each
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Pids           int64                  `protobuf:"varint,1,opt,name=pids,proto3" json:"pids,omitempty"`
+	MemoryBytes    int64                  `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // memory and swap together; tmpfs pages count too
+	Cpus           float64                `protobuf:"fixed64,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	IoBps          int64                  `protobuf:"varint,4,opt,name=io_bps,json=ioBps,proto3" json:"io_bps,omitempty"`                                // reads and writes on the workspace's disk, bytes/s each
+	LogBytes       int64                  `protobuf:"varint,5,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                       // workload.log and its rotated files together on disk
+	LogLinesPerSec int64                  `protobuf:"varint,6,opt,name=log_lines_per_sec,json=logLinesPerSec,proto3" json:"log_lines_per_sec,omitempty"` // workload output lines kept per second (the rest dropped)
+	LogBurst       int64                  `protobuf:"varint,20,opt,name=log_burst,json=logBurst,proto3" json:"log_burst,omitempty"`                      // lines kept at once above log_lines_per_sec
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -321,23 +324,46 @@ func (x *Limits) GetIoBps() int64 {
 	return 0
 }
 
+func (x *Limits) GetLogBytes() int64 {
+	if x != nil {
+		return x.LogBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetLogLinesPerSec() int64 {
+	if x != nil {
+		return x.LogLinesPerSec
+	}
+	return 0
+}
+
+func (x *Limits) GetLogBurst() int64 {
+	if x != nil {
+		return x.LogBurst
+	}
+	return 0
+}
+
 // Resources are a sandbox's limits and current use, as its supervisor
 // reports them with each heartbeat.
 type Resources struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Limits         *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
-	Enforced       bool                   `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"` // false: limits not enforced (see note)
-	Note           string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`          // why not, e.g. "no delegated cgroup"
-	Cgroup         string                 `protobuf:"bytes,4,opt,name=cgroup,proto3" json:"cgroup,omitempty"`      // v1 | v2
-	MemoryBytes    int64                  `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	Pids           int64                  `protobuf:"varint,6,opt,name=pids,proto3" json:"pids,omitempty"`
-	CpuMs          int64                  `protobuf:"varint,7,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
-	WorkspaceBytes int64                  `protobuf:"varint,8,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
-	OomKills       int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
-	WorkspaceNote  string                 `protobuf:"bytes,10,opt,name=workspace_note,json=workspaceNote,proto3" json:"workspace_note,omitempty"` // e.g. "size not limited (no project quota)"
-	IoBytes        int64                  `protobuf:"varint,11,opt,name=io_bytes,json=ioBytes,proto3" json:"io_bytes,omitempty"`                  // read and written on block devices
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Limits          *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Enforced        bool                   `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"` // false: limits not enforced (see note)
+	Note            string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`          // why not, e.g. "no delegated cgroup"
+	Cgroup          string                 `protobuf:"bytes,4,opt,name=cgroup,proto3" json:"cgroup,omitempty"`      // v1 | v2
+	MemoryBytes     int64                  `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Pids            int64                  `protobuf:"varint,6,opt,name=pids,proto3" json:"pids,omitempty"`
+	CpuMs           int64                  `protobuf:"varint,7,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
+	WorkspaceBytes  int64                  `protobuf:"varint,8,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
+	OomKills        int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	WorkspaceNote   string                 `protobuf:"bytes,10,opt,name=workspace_note,json=workspaceNote,proto3" json:"workspace_note,omitempty"`          // e.g. "size not limited (no project quota)"
+	IoBytes         int64                  `protobuf:"varint,11,opt,name=io_bytes,json=ioBytes,proto3" json:"io_bytes,omitempty"`                           // read and written on block devices
+	LogBytes        int64                  `protobuf:"varint,12,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`                        // workload.log and its rotated files on disk now
+	LogDroppedLines int64                  `protobuf:"varint,13,opt,name=log_dropped_lines,json=logDroppedLines,proto3" json:"log_dropped_lines,omitempty"` // workload output lines dropped (rate, size, errors)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Resources) Reset() {
@@ -443,6 +469,20 @@ func (x *Resources) GetWorkspaceNote() string {
 func (x *Resources) GetIoBytes() int64 {
 	if x != nil {
 		return x.IoBytes
+	}
+	return 0
+}
+
+func (x *Resources) GetLogBytes() int64 {
+	if x != nil {
+		return x.LogBytes
+	}
+	return 0
+}
+
+func (x *Resources) GetLogDroppedLines() int64 {
+	if x != nil {
+		return x.LogDroppedLines
 	}
 	return 0
 }
@@ -2146,12 +2186,15 @@ const file_stockade_proto_rawDesc = "" +
 	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x12\x12\n" +
 	"\x04argv\x18\x06 \x03(\tR\x04argv\x12\x18\n" +
 	"\arestart\x18\a \x01(\tR\arestart\x12+\n" +
-	"\x06limits\x18\b \x01(\v2\x13.stockade.v1.LimitsR\x06limitsJ\x04\b\x01\x10\x02R\x05token\"j\n" +
+	"\x06limits\x18\b \x01(\v2\x13.stockade.v1.LimitsR\x06limitsJ\x04\b\x01\x10\x02R\x05token\"\xcf\x01\n" +
 	"\x06Limits\x12\x12\n" +
 	"\x04pids\x18\x01 \x01(\x03R\x04pids\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
 	"\x04cpus\x18\x03 \x01(\x01R\x04cpus\x12\x15\n" +
-	"\x06io_bps\x18\x04 \x01(\x03R\x05ioBps\"\xd6\x02\n" +
+	"\x06io_bps\x18\x04 \x01(\x03R\x05ioBps\x12\x1b\n" +
+	"\tlog_bytes\x18\x05 \x01(\x03R\blogBytes\x12)\n" +
+	"\x11log_lines_per_sec\x18\x06 \x01(\x03R\x0elogLinesPerSec\x12\x1b\n" +
+	"\tlog_burst\x18\x14 \x01(\x03R\blogBurst\"\x9f\x03\n" +
 	"\tResources\x12+\n" +
 	"\x06limits\x18\x01 \x01(\v2\x13.stockade.v1.LimitsR\x06limits\x12\x1a\n" +
 	"\benforced\x18\x02 \x01(\bR\benforced\x12\x12\n" +
@@ -2164,7 +2207,9 @@ const file_stockade_proto_rawDesc = "" +
 	"\toom_kills\x18\t \x01(\x03R\boomKills\x12%\n" +
 	"\x0eworkspace_note\x18\n" +
 	" \x01(\tR\rworkspaceNote\x12\x19\n" +
-	"\bio_bytes\x18\v \x01(\x03R\aioBytes\"X\n" +
+	"\bio_bytes\x18\v \x01(\x03R\aioBytes\x12\x1b\n" +
+	"\tlog_bytes\x18\f \x01(\x03R\blogBytes\x12*\n" +
+	"\x11log_dropped_lines\x18\r \x01(\x03R\x0flogDroppedLines\"X\n" +
 	"\x0eSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x04verb\x18\x03 \x01(\x0e2\x11.stockade.v1.VerbR\x04verbJ\x04\b\x01\x10\x02R\x05token\"\x1a\n" +

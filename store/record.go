@@ -80,23 +80,27 @@ type Limits struct {
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
 	IOBps       int64   `json:"ioBps,omitempty"`
+	// LogBytes caps the workload's log on disk (workload.log and its
+	// rotated files together); LogLinesPerSec and LogBurst bound the
+	// lines it keeps (the rest are dropped and counted).
+	LogBytes       int64 `json:"logBytes,omitempty"`
+	LogLinesPerSec int64 `json:"logLinesPerSec,omitempty"`
+	LogBurst       int64 `json:"logBurst,omitempty"`
 }
 
 // Or fills l's zero fields from def.
 func (l Limits) Or(def Limits) Limits {
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = def.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.IOBps == 0 {
-		l.IOBps = def.IOBps
-	}
+	l.Pids, l.MemoryBytes, l.CPUs, l.IOBps = or(l.Pids, def.Pids), or(l.MemoryBytes, def.MemoryBytes), or(l.CPUs, def.CPUs), or(l.IOBps, def.IOBps)
+	l.LogBytes, l.LogLinesPerSec, l.LogBurst = or(l.LogBytes, def.LogBytes), or(l.LogLinesPerSec, def.LogLinesPerSec), or(l.LogBurst, def.LogBurst)
 	return l
+}
+
+// or is v, or def when v is zero.
+func or[T int64 | float64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // PolicyRev is an earlier version of a sandbox's policy.

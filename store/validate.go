@@ -93,11 +93,24 @@ func (s Spec) Validate() error {
 	return nil
 }
 
+// MinLogBytes is the smallest log cap a sandbox may ask for: each of the
+// log's four files then holds at least 64 KiB, more than its longest
+// line (the supervisor cuts lines at 16 KiB).
+const MinLogBytes = 256 << 10
+
 // Validate checks limits as create accepts them: positive values (at least
-// 8 pids and 16 MiB of memory), 0 for the default or -1 for none.
+// 8 pids and 16 MiB of memory, a log of at least MinLogBytes), 0 for the
+// default or -1 for none (no "none" for the log's burst).
 func (l Limits) Validate() error {
-	if l.Pids < -1 || l.MemoryBytes < -1 || l.CPUs < -1 || l.IOBps < -1 || (l.MemoryBytes > 0 && l.MemoryBytes < 16<<20) || (l.Pids > 0 && l.Pids < 8) {
+	if l.Pids < -1 || l.MemoryBytes < -1 || l.CPUs < -1 || l.IOBps < -1 || l.LogBytes < -1 || l.LogLinesPerSec < -1 ||
+		(l.MemoryBytes > 0 && l.MemoryBytes < 16<<20) || (l.Pids > 0 && l.Pids < 8) {
 		return fmt.Errorf("limits %+v: use positive values (at least 8 pids and 16 MiB of memory), 0 for the default or -1 for none", l)
+	}
+	if l.LogBytes > 0 && l.LogBytes < MinLogBytes {
+		return fmt.Errorf("log size %d bytes: use at least %d (256K), 0 for the default or -1 for none", l.LogBytes, MinLogBytes)
+	}
+	if l.LogBurst < 0 {
+		return fmt.Errorf("log burst %d lines: use a positive number of lines, or 0 for the default", l.LogBurst)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type resources struct {
 	baseOOM   int64
 	stop      chan struct{}
 	once      sync.Once
+
+	// logStats are the workload log's bytes on disk and lines dropped
+	// (nil: none reported).
+	logStats func() (diskBytes, dropped int64)
 }
 
 // openResources makes the sandbox's cgroup under the supervisor's own.
@@ -91,11 +95,15 @@ func (r *resources) report() *messages.Resources {
 	if note == "" {
 		note = r.ioNote
 	}
-	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs, IoBps: r.limits.IOBps},
+	m := &messages.Resources{Limits: &messages.Limits{Pids: r.limits.Pids, MemoryBytes: r.limits.MemoryBytes, Cpus: r.limits.CPUs, IoBps: r.limits.IOBps,
+		LogBytes: r.limits.LogBytes, LogLinesPerSec: r.limits.LogLinesPerSec, LogBurst: r.limits.LogBurst},
 		Enforced: r.group != nil, Note: note, WorkspaceBytes: r.wsBytes.Load(),
 		// Measured, not capped: a size limit needs project quotas, which
 		// stockade does not set up.
 		WorkspaceNote: "size measured, not limited (no project quota)"}
+	if r.logStats != nil {
+		m.LogBytes, m.LogDroppedLines = r.logStats()
+	}
 	if r.group != nil {
 		m.Cgroup = r.group.Version()
 		if u, err := r.group.Usage(); err == nil {

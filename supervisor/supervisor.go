@@ -26,8 +26,10 @@ import (
 	"github.com/stockade-dev/stockade/boundary/identity/connmap"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/internal/clock"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/internal/procs"
+	"github.com/stockade-dev/stockade/logs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
@@ -127,20 +129,20 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 	if logDir == "" { // a spec of an earlier gateway
 		logDir = dir
 	}
-	out, err := os.OpenFile(filepath.Join(logDir, contract.WorkloadLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("supervisor: workload log: %w", err)
-	}
-	defer out.Close()
-	// stdout and stderr apart, each line stamped (workloadlog.go); the
-	// deferred close runs after the sandbox is gone (its pipes drained).
-	wlog := newWorkloadLog(out, log)
-	defer wlog.close(drainWait)
-	stdout, err := wlog.pipe("out")
+	out, err := openLogFile(filepath.Join(logDir, contract.WorkloadLog), sp.Limits.LogBytes)
 	if err != nil {
 		return err
 	}
-	stderr, err := wlog.pipe("err")
+	// stdout and stderr apart, each line stamped, within the sandbox's log
+	// limits (workloadlog.go); the deferred close runs after the sandbox
+	// is gone (its pipes drained) and closes the file.
+	wlog := newWorkloadLog(out, logLimitsOf(sp.Limits), clock.System{}, log)
+	defer wlog.close(drainWait)
+	stdout, err := wlog.pipe(logs.WorkloadOut)
+	if err != nil {
+		return err
+	}
+	stderr, err := wlog.pipe(logs.WorkloadErr)
 	if err != nil {
 		return err
 	}
@@ -176,6 +178,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 	}
 	res := openResources(sp, dir, log)
 	defer res.close()
+	res.logStats = wlog.stats
 	if res.group != nil {
 		ns.Cgroup = res.group.Add
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/errdefs"
+	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -71,9 +73,35 @@ func (e *Env) openLifecycleAudit(name, uid string) (*audit.File, error) {
 
 // DefaultLimits are what a sandbox gets when neither its create nor the
 // gateway says otherwise: enough for an agent or a build, not enough to
-// take the host down.
+// take the host down. The workload's log keeps 64 MiB on disk (the live
+// file and three rotated ones) and 1,000 lines a second, 10,000 at once.
 func DefaultLimits() store.Limits {
-	return store.Limits{Pids: 512, MemoryBytes: 2 << 30, CPUs: 2}
+	return store.Limits{Pids: 512, MemoryBytes: 2 << 30, CPUs: 2, LogBytes: 64 << 20, LogLinesPerSec: 1000, LogBurst: 10000}
+}
+
+// MinLogBytes is the smallest log cap a sandbox may ask for
+// (store.MinLogBytes).
+const MinLogBytes = store.MinLogBytes
+
+// checkLimits validates limits a client asks for (store.Limits.Validate,
+// which every read of a record applies too).
+func checkLimits(l store.Limits) error {
+	if err := l.Validate(); err != nil {
+		return errdefs.Invalid("%w", err)
+	}
+	return nil
+}
+
+// limitsProto is l on the wire.
+func limitsProto(l store.Limits) *messages.Limits {
+	return &messages.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, Cpus: l.CPUs, IoBps: l.IOBps,
+		LogBytes: l.LogBytes, LogLinesPerSec: l.LogLinesPerSec, LogBurst: l.LogBurst}
+}
+
+// limitsOf is l from the wire (nil: all defaults).
+func limitsOf(l *messages.Limits) store.Limits {
+	return store.Limits{Pids: l.GetPids(), MemoryBytes: l.GetMemoryBytes(), CPUs: l.GetCpus(), IOBps: l.GetIoBps(),
+		LogBytes: l.GetLogBytes(), LogLinesPerSec: l.GetLogLinesPerSec(), LogBurst: l.GetLogBurst()}
 }
 
 // limits are the gateway's defaults for a sandbox's unset limits.

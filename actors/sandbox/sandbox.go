@@ -607,8 +607,7 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 	st.Resources = a.resources
 	if st.Resources == nil { // no report yet: the limits as created
 		l := a.rec.Spec.Limits.Or(a.env.limits())
-		st.Resources = &messages.Resources{Limits: &messages.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, Cpus: l.CPUs, IoBps: l.IOBps},
-			Note: "no report from a supervisor yet"}
+		st.Resources = &messages.Resources{Limits: limitsProto(l), Note: "no report from a supervisor yet"}
 	}
 	for k, v := range a.hbRestarts {
 		st.Restarts[k] = v

@@ -219,12 +219,9 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 	if len(argv) == 0 {
 		argv = defaultArgv()
 	}
-	var asked store.Limits
-	if l := m.GetLimits(); l != nil {
-		asked = store.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPUs: l.Cpus, IOBps: l.IoBps}
-	}
-	if err := asked.Validate(); err != nil {
-		invalid("%w", err)
+	asked := limitsOf(m.GetLimits())
+	if err := checkLimits(asked); err != nil {
+		ctx.Respond(errdefs.Reply(err))
 		return
 	}
 	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,

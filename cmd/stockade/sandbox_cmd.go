@@ -191,11 +191,12 @@ func (co *clientOpts) read(cmd *cobra.Command, msg proto.Message) (*messages.Rep
 func newCreateCmd(co *clientOpts) *cobra.Command {
 	var policyFile, workdir, restart string
 	var w waitOpts
-	var pids int64
-	var memory, ioBps string
+	var pids, logRate, logBurst int64
+	var memory, ioBps, logSize string
 	var cpus float64
 	cmd := &cobra.Command{
-		Use:   "create NAME --policy FILE [--workdir DIR] [--restart POLICY] [--pids N] [--memory SIZE] [--cpus N] [--io-bps SIZE] [--no-wait] [--timeout D] [-- CMD ARGS...]",
+		Use: "create NAME --policy FILE [--workdir DIR] [--restart POLICY] [--pids N] [--memory SIZE] [--cpus N] [--io-bps SIZE]" +
+			" [--log-size SIZE] [--log-rate N] [--log-burst N] [--no-wait] [--timeout D] [-- CMD ARGS...]",
 		Short: "Create a sandbox and wait until it is Ready",
 		Long: `Create a sandbox NAME running CMD ARGS (default: /bin/sh -c 'exec sleep
 infinity') under the policy FILE, with its workspace at /sandbox, and wait
@@ -211,19 +212,13 @@ until it is Ready.
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("read policy: %w", err)}
 			}
-			limits := &messages.Limits{Pids: pids, Cpus: cpus}
-			if ioBps != "" {
-				if limits.IoBps, err = cgroup.ParseBytes(ioBps); err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--io-bps: %w", err)}
-				}
-			}
-			switch memory {
-			case "", "0":
-			case "-1", "none":
-				limits.MemoryBytes = -1
-			default:
-				if limits.MemoryBytes, err = cgroup.ParseBytes(memory); err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--memory: %w", err)}
+			limits := &messages.Limits{Pids: pids, Cpus: cpus, LogLinesPerSec: logRate, LogBurst: logBurst}
+			for _, s := range []struct {
+				flag, value string
+				to          *int64
+			}{{"io-bps", ioBps, &limits.IoBps}, {"memory", memory, &limits.MemoryBytes}, {"log-size", logSize, &limits.LogBytes}} {
+				if *s.to, err = limitBytes(s.value); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--%s: %w", s.flag, err)}
 				}
 			}
 			c, err := co.dial(cmd)
@@ -252,7 +247,10 @@ until it is Ready.
 	f.Int64Var(&pids, "pids", 0, "most processes at once (default 512; -1: no limit)")
 	f.StringVar(&memory, "memory", "", "most memory, swap and tmpfs included, e.g. 512M or 4G (default 2G; none: no limit)")
 	f.Float64Var(&cpus, "cpus", 0, "most CPUs, e.g. 0.5 or 2 (default 2; -1: no limit)")
-	f.StringVar(&ioBps, "io-bps", "", "most bytes per second read and written each on the workspace's disk, e.g. 50M (default: no limit)")
+	f.StringVar(&ioBps, "io-bps", "", "most bytes per second read and written each on the workspace's disk, e.g. 50M, also the most written to the workload's log (default: no limit)")
+	f.StringVar(&logSize, "log-size", "", "most bytes the workload's log takes on disk, its rotated files included, e.g. 16M (default 64M; at least 256K; none: no limit)")
+	f.Int64Var(&logRate, "log-rate", 0, "most lines of output logged per second; the rest are dropped and counted (default 1000; -1: no limit)")
+	f.Int64Var(&logBurst, "log-burst", 0, "most lines logged at once above --log-rate (default 10000)")
 	w.addFlags(cmd)
 	_ = cmd.MarkFlagRequired("policy")
 	return cmd
@@ -301,6 +299,18 @@ func newVerbCmd(co *clientOpts, use, short string, verb messages.Verb, flag stri
 	return cmd
 }
 
+// limitBytes reads a size flag: "" or 0 the default, -1 or none no limit,
+// else a size (cgroup.ParseBytes).
+func limitBytes(s string) (int64, error) {
+	switch s {
+	case "", "0":
+		return 0, nil
+	case "-1", "none":
+		return -1, nil
+	}
+	return cgroup.ParseBytes(s)
+}
+
 // statusView is `sandbox get -o json|yaml` (and each item of `list`):
 // camelCase keys, stable (docs/cli.md). One rule for empty values: a
 // string that is empty (no reason, no message, no retry planned) and a pid
@@ -343,6 +353,11 @@ type resourcesView struct {
 	WorkspaceNote  string  `json:"workspaceNote,omitempty" yaml:"workspaceNote,omitempty"`
 	OOMKills       int64   `json:"oomKills" yaml:"oomKills"`
 	IOBytes        int64   `json:"ioBytes" yaml:"ioBytes"`
+	LogLimit       int64   `json:"logLimitBytes" yaml:"logLimitBytes"`
+	LogLinesPerSec int64   `json:"logLinesPerSec" yaml:"logLinesPerSec"`
+	LogBurst       int64   `json:"logBurst" yaml:"logBurst"`
+	LogBytes       int64   `json:"logBytes" yaml:"logBytes"`
+	LogDropped     int64   `json:"logDroppedLines" yaml:"logDroppedLines"`
 }
 
 type transitionView struct {
@@ -368,7 +383,9 @@ func viewOf(s *messages.SandboxStatus) statusView {
 		v.Resources = &resourcesView{Enforced: r.Enforced, Note: r.Note, Cgroup: r.Cgroup,
 			PidsLimit: r.GetLimits().GetPids(), MemoryLimit: r.GetLimits().GetMemoryBytes(), CPUs: r.GetLimits().GetCpus(),
 			Pids: r.Pids, MemoryBytes: r.MemoryBytes, CPUMs: r.CpuMs, WorkspaceBytes: r.WorkspaceBytes, OOMKills: r.OomKills,
-			WorkspaceNote: r.WorkspaceNote, IOBps: r.GetLimits().GetIoBps(), IOBytes: r.IoBytes}
+			WorkspaceNote: r.WorkspaceNote, IOBps: r.GetLimits().GetIoBps(), IOBytes: r.IoBytes,
+			LogLimit: r.GetLimits().GetLogBytes(), LogLinesPerSec: r.GetLimits().GetLogLinesPerSec(), LogBurst: r.GetLimits().GetLogBurst(),
+			LogBytes: r.LogBytes, LogDropped: r.LogDroppedLines}
 	}
 	return v
 }
@@ -416,12 +433,15 @@ func statusTable(tw *tabwriter.Writer, v statusView, now time.Time) {
 		limits := fmt.Sprintf("pids %s, memory %s, cpus %s, io %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),
 			cgroup.FormatBytes(r.MemoryLimit), orNone(int64(r.CPUs*100), strconv.FormatFloat(r.CPUs, 'f', -1, 64)),
 			orNone(r.IOBps, cgroup.FormatBytes(r.IOBps)+"/s"))
+		limits += fmt.Sprintf(", log %s at %s", cgroup.FormatBytes(r.LogLimit),
+			orNone(r.LogLinesPerSec, fmt.Sprintf("%d lines/s (burst %d)", r.LogLinesPerSec, r.LogBurst)))
 		if !r.Enforced {
 			limits += " (not enforced: " + dash(r.Note) + ")"
 		}
 		fmt.Fprintf(tw, "limits\t%s\n", limits)
-		fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
-			(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills)
+		fmt.Fprintf(tw, "use\tpids %d, memory %s, cpu %s, io %s, workspace %s (%s), oom kills %d, log %s (%d lines dropped)\n", r.Pids, cgroup.FormatBytes(r.MemoryBytes),
+			(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills,
+			cgroup.FormatBytes(r.LogBytes), r.LogDropped)
 	}
 	fmt.Fprintln(tw, "transitions\t(time, from -> to, reason; -o json adds each message)")
 	for _, t := range v.Transitions {

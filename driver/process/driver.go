@@ -345,7 +345,8 @@ func gatewayList(self string, all []string) []string {
 
 // specLimits hands effective limits to the supervisor (-1: unlimited).
 func specLimits(l store.Limits) spec.Limits {
-	return spec.Limits{Pids: max(l.Pids, 0), MemoryBytes: max(l.MemoryBytes, 0), CPUs: max(l.CPUs, 0), IOBps: max(l.IOBps, 0)}
+	return spec.Limits{Pids: max(l.Pids, 0), MemoryBytes: max(l.MemoryBytes, 0), CPUs: max(l.CPUs, 0), IOBps: max(l.IOBps, 0),
+		LogBytes: max(l.LogBytes, 0), LogLinesPerSec: max(l.LogLinesPerSec, 0), LogBurst: max(l.LogBurst, 0)}
 }
 
 // lastLine returns the last non-empty line of a log file (at most 400

@@ -74,6 +74,11 @@ type Limits struct {
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
 	IOBps       int64   `json:"ioBps,omitempty"`
+	// LogBytes caps workload.log and its rotated files together;
+	// LogLinesPerSec and LogBurst bound the lines kept (a line bucket).
+	LogBytes       int64 `json:"logBytes,omitempty"`
+	LogLinesPerSec int64 `json:"logLinesPerSec,omitempty"`
+	LogBurst       int64 `json:"logBurst,omitempty"`
 }
 
 // Credentials are PEM blocks: the CA certificate, the supervisor's
