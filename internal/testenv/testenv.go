@@ -97,3 +97,19 @@ func MainWithStockade(m *testing.M, pkg string, bin *string) int {
 	*bin = b
 	return m.Run()
 }
+
+// OpenHostDir returns a new world-writable host directory outside /tmp
+// (under /var/lib; a sandbox's /tmp is its own), removed when t ends: only
+// a sandbox's policy stands between its workload and it. Root only.
+func OpenHostDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/lib", "stockade-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

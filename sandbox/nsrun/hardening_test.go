@@ -11,23 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/policy"
 )
-
-// hostDir makes a world-writable host directory outside /tmp (a sandbox's
-// /tmp is its own), so only Landlock stands between a workload and it.
-func hostDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/var/lib", "nsrun-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // mountOptions returns the per-mount options of each mount point in a
 // /proc/self/mountinfo text.
@@ -58,7 +44,7 @@ func hasOptions(opts string, want ...string) bool {
 // can write in is nosuid,nodev.
 func TestWritableMountsNoSuidDev(t *testing.T) {
 	needSandbox(t)
-	rw := hostDir(t)
+	rw := testenv.OpenHostDir(t)
 	ws := t.TempDir()
 	fs := Filesystem{ReadOnly: append(baseReadOnly(), "/proc"), ReadWrite: []string{WorkspaceMount, "/tmp", "/dev/shm", rw}, Mode: HardRequirement}
 	run(t, Spec{Argv: []string{"/bin/bash", "-c", "cp /usr/bin/id /sandbox/suid-id && chmod 4755 /sandbox/suid-id"}, Workspace: ws, Filesystem: fs})
@@ -87,7 +73,7 @@ func TestWritableMountsNoSuidDev(t *testing.T) {
 // naming the path in hard_requirement) and the directory stays untouched.
 func TestWorkloadLinkNotFollowed(t *testing.T) {
 	needSandbox(t)
-	target := hostDir(t)
+	target := testenv.OpenHostDir(t)
 	ws := t.TempDir()
 	fs := Filesystem{
 		ReadOnly:  append(baseReadOnly(), target),
