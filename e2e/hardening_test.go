@@ -178,7 +178,7 @@ func TestSSHConfigPinsHostKey(t *testing.T) {
 		t.Fatalf("known_hosts file %s: %v %v, want mode 0600", known, fi, err)
 	}
 	// The pinned key is the sandbox's own (its supervisor's key file).
-	keyFile := filepath.Join(contract.StateDir(w.state).Sandbox("pinned"), "ssh_host_ed25519_key")
+	keyFile := filepath.Join(filepath.Dir(s.Workspace), "ssh_host_ed25519_key")
 	pub, errOut, code := run("", keygen, "-y", "-f", keyFile)
 	if code != 0 {
 		t.Fatalf("ssh-keygen -y: %d %s", code, errOut)

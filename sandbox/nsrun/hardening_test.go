@@ -15,6 +15,15 @@ import (
 	"github.com/stockade-dev/stockade/policy"
 )
 
+// specIn is bashSpec (the tests' sandbox) running script on workspace ws
+// with filesystem policy fs.
+func specIn(t *testing.T, ws, script string, fs Filesystem) Spec {
+	t.Helper()
+	spec := bashSpec(t, script)
+	spec.Workspace, spec.Filesystem = ws, fs
+	return spec
+}
+
 // mountOptions returns the per-mount options of each mount point in a
 // /proc/self/mountinfo text.
 func mountOptions(mountinfo string) map[string]string {
@@ -47,13 +56,13 @@ func TestWritableMountsNoSuidDev(t *testing.T) {
 	rw := testenv.OpenHostDir(t)
 	ws := t.TempDir()
 	fs := Filesystem{ReadOnly: append(baseReadOnly(), "/proc"), ReadWrite: []string{WorkspaceMount, "/tmp", "/dev/shm", rw}, Mode: HardRequirement}
-	run(t, Spec{Argv: []string{"/bin/bash", "-c", "cp /usr/bin/id /sandbox/suid-id && chmod 4755 /sandbox/suid-id"}, Workspace: ws, Filesystem: fs})
+	run(t, specIn(t, ws, "cp /usr/bin/id /sandbox/suid-id && chmod 4755 /sandbox/suid-id", fs))
 	fi, err := os.Stat(filepath.Join(ws, "suid-id"))
 	if err != nil || fi.Mode()&os.ModeSetuid == 0 {
 		t.Fatalf("the workload's setuid program: %v %v", fi, err)
 	}
-	spec := Spec{Argv: []string{"/bin/bash", "-c", "/sandbox/suid-id -u > /sandbox/euid; cat /proc/self/mountinfo > /sandbox/mountinfo"},
-		Workspace: ws, RunAsUser: 1000, RunAsGroup: 1000, Filesystem: fs}
+	spec := specIn(t, ws, "/sandbox/suid-id -u > /sandbox/euid; cat /proc/self/mountinfo > /sandbox/mountinfo", fs)
+	spec.RunAsUser, spec.RunAsGroup = 1000, 1000
 	run(t, spec)
 	if got := readWS(t, spec, "euid"); got != "1000" {
 		t.Errorf("the setuid program ran with euid %s, want 1000", got)
@@ -81,13 +90,13 @@ func TestWorkloadLinkNotFollowed(t *testing.T) {
 		Mode:      BestEffort,
 	}
 	plant := fmt.Sprintf("rm -rf /sandbox/cache && ln -s %s /sandbox/cache", target)
-	run(t, Spec{Argv: []string{"/bin/bash", "-c", plant}, Workspace: ws, Filesystem: fs})
+	run(t, specIn(t, ws, plant, fs))
 	if l, err := os.Readlink(filepath.Join(ws, "cache")); err != nil || l != target {
 		t.Fatalf("the planted link: %q %v", l, err)
 	}
 
 	attack := "if { echo pwned > /sandbox/cache/pwned; } 2>/dev/null; then echo written; else echo refused; fi > /sandbox/result"
-	spec := Spec{Argv: []string{"/bin/bash", "-c", attack}, Workspace: ws, Filesystem: fs}
+	spec := specIn(t, ws, attack, fs)
 	sb := run(t, spec)
 	if got := readWS(t, spec, "result"); got != "refused" {
 		t.Errorf("writing through the link at the next start: %s", got)
@@ -100,7 +109,7 @@ func TestWorkloadLinkNotFollowed(t *testing.T) {
 
 	hard := fs
 	hard.Mode = HardRequirement
-	started, err := Start(context.Background(), Spec{Argv: []string{"/bin/bash", "-c", "exec sleep 1000"}, Workspace: ws, Filesystem: hard})
+	started, err := Start(context.Background(), specIn(t, ws, "exec sleep 1000", hard))
 	if err == nil {
 		_ = started.Close()
 	}
@@ -111,8 +120,8 @@ func TestWorkloadLinkNotFollowed(t *testing.T) {
 	t.Run("exec", func(t *testing.T) {
 		// The link made while the sandbox runs, in its /tmp, for the next
 		// exec: the exec'd process gets no write access through it.
-		spec := Spec{Argv: []string{"/bin/bash", "-c", "mkdir /tmp/cache; exec sleep 1000"}, Workspace: t.TempDir(),
-			Filesystem: Filesystem{ReadOnly: append(baseReadOnly(), target), ReadWrite: []string{WorkspaceMount, "/tmp", "/tmp/cache"}, Mode: BestEffort}}
+		spec := specIn(t, t.TempDir(), "mkdir /tmp/cache; exec sleep 1000",
+			Filesystem{ReadOnly: append(baseReadOnly(), target), ReadWrite: []string{WorkspaceMount, "/tmp", "/tmp/cache"}, Mode: BestEffort})
 		sb := start(t, spec)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -172,8 +181,7 @@ func TestCompatPoliciesStart(t *testing.T) {
 			if pol.Landlock.Compatibility == policy.HardRequirement {
 				fs.Mode = HardRequirement
 			}
-			spec := Spec{Argv: []string{"/bin/sh", "-c", "ls /lib/ /bin/sh /proc/self/ > /dev/null && echo x > /tmp/x && echo ok > /sandbox/ok"},
-				Workspace: t.TempDir(), Filesystem: fs}
+			spec := specIn(t, t.TempDir(), "ls /lib/ /bin/sh /proc/self/ > /dev/null && echo x > /tmp/x && echo ok > /sandbox/ok", fs)
 			sb := run(t, spec)
 			if got := readWS(t, spec, "ok"); got != "ok" {
 				t.Errorf("the workload wrote %q", got)
