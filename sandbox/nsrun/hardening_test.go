@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/policy"
 )
@@ -193,5 +195,35 @@ func TestCompatPoliciesStart(t *testing.T) {
 			}
 			t.Logf("warnings: %q", sb.Warnings())
 		})
+	}
+}
+
+// TestWholeHostViewMounts: a policy listing / sees the host's top-level
+// directories; the one holding a read-write path is nosuid,nodev, the
+// host's /dev only nosuid (its device nodes still work), the rest as the
+// host has them.
+func TestWholeHostViewMounts(t *testing.T) {
+	needSandbox(t)
+	rw := testenv.OpenHostDir(t)
+	spec := specIn(t, t.TempDir(), "echo x > /dev/null && echo y > "+rw+"/f && cat /proc/self/mountinfo > /sandbox/mountinfo",
+		Filesystem{ReadOnly: []string{"/"}, ReadWrite: []string{WorkspaceMount, "/dev/null", rw}, Mode: HardRequirement})
+	run(t, spec)
+	if b, err := os.ReadFile(filepath.Join(rw, "f")); err != nil || string(b) != "y\n" {
+		t.Fatalf("the read-write path: %q %v", b, err)
+	}
+	opts := mountOptions(readWS(t, spec, "mountinfo"))
+	top := "/" + strings.Split(rw, "/")[1] // /var
+	for m, want := range map[string][2]bool{top: {true, true}, "/dev": {true, false}, WorkspaceMount: {true, true}} {
+		have := strings.Split(opts[m], ",")
+		if slices.Contains(have, "nosuid") != want[0] || slices.Contains(have, "nodev") != want[1] {
+			t.Errorf("%s is mounted %q; want nosuid %v, nodev %v", m, opts[m], want[0], want[1])
+		}
+	}
+	var host unix.Statfs_t
+	if err := unix.Statfs("/usr", &host); err != nil {
+		t.Fatal(err)
+	}
+	if hostNoSuid := host.Flags&unix.ST_NOSUID != 0; slices.Contains(strings.Split(opts["/usr"], ","), "nosuid") != hostNoSuid {
+		t.Errorf("/usr is mounted %q inside; the host's nosuid is %v", opts["/usr"], hostNoSuid)
 	}
 }

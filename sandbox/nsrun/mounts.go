@@ -86,14 +86,6 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 		return nil, fmt.Errorf("new root: %w", err)
 	}
 	defer unix.Close(root)
-	hostRoot, err := openRoot("/")
-	if err != nil {
-		return nil, fmt.Errorf("host root: %w", err)
-	}
-	defer unix.Close(hostRoot)
-	// On the host the workspace is its own path; the read-write lists are
-	// host paths bound where they are.
-	host := newResolver(hostRoot, append(writablePaths(cfg), cfg.Workspace))
 	var warnings []string
 	if viewAll(cfg) {
 		// The policy lists "/": the whole host, as it asked.
@@ -105,6 +97,14 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 			}
 		}
 	} else {
+		hostRoot, err := openRoot("/")
+		if err != nil {
+			return nil, fmt.Errorf("host root: %w", err)
+		}
+		defer unix.Close(hostRoot)
+		// On the host the workspace is its own path; the read-write lists
+		// are host paths bound where they are.
+		host := newResolver(hostRoot, append(writablePaths(cfg), cfg.Workspace))
 		w, err := buildView(cfg, host, root)
 		if err != nil {
 			return nil, err
