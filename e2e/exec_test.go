@@ -114,13 +114,16 @@ func TestOpenSSHClient(t *testing.T) {
 		testenv.Unavailable(t, "sftp-server missing (apt-get install openssh-sftp-server)")
 	}
 	s := w.create("sshbox", `exec sleep 1000`)
-	cfgOut, _, code := w.cli("ssh-config", "sshbox")
+	// ssh-config pins the host key in the user's config dir: a private one.
+	env := append(os.Environ(), "STOCKADE_GATEWAY="+w.addr, "XDG_CONFIG_HOME="+t.TempDir())
+	c := exec.Command(bin, "sandbox", "--state-dir", w.state, "ssh-config", "sshbox")
+	c.Env = env
+	cfgOut, errOut, code := runCmd(t, c)
 	if code != 0 {
-		t.Fatalf("ssh-config: %d", code)
+		t.Fatalf("ssh-config: %d %s", code, errOut)
 	}
 	cfg := filepath.Join(t.TempDir(), "ssh_config")
 	write(t, cfg, cfgOut)
-	env := append(os.Environ(), "STOCKADE_GATEWAY="+w.addr)
 	run := func(bin string, args ...string) string {
 		c := exec.Command(bin, append([]string{"-F", cfg}, args...)...)
 		c.Env = env

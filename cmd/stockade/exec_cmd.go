@@ -52,17 +52,16 @@ func (co *clientOpts) openRelay(cmd *cobra.Command, name string) (net.Conn, *mes
 
 // sshClient speaks SSH over a relay stream. The stream is already
 // authenticated by the gateway's one-time token; the host key is pinned to
-// the one the sandbox's supervisor reported.
+// the one the sandbox's supervisor reported (none: refused).
 func sshClient(conn net.Conn, name string, reply *messages.Reply) (*ssh.Client, error) {
-	hk := ssh.InsecureIgnoreHostKey() //nolint:gosec // replaced below when the key is known
-	if reply.HostKey != "" {
-		key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(reply.HostKey))
-		if err != nil {
-			return nil, fmt.Errorf("sandbox %s: bad host key from the gateway: %w", name, err)
-		}
-		hk = ssh.FixedHostKey(key)
+	if reply.HostKey == "" {
+		return nil, &exitError{exitUnreachable, fmt.Errorf("sandbox %s: the gateway has no host key for it (its supervisor reported none); restart the sandbox", name)}
 	}
-	cc, chans, reqs, err := ssh.NewClientConn(conn, name, &ssh.ClientConfig{User: "sandbox", HostKeyCallback: hk, Timeout: 10 * time.Second})
+	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(reply.HostKey))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: bad host key from the gateway: %w", name, err)
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(conn, name, &ssh.ClientConfig{User: "sandbox", HostKeyCallback: ssh.FixedHostKey(key), Timeout: 10 * time.Second})
 	if err != nil {
 		return nil, &exitError{exitUnreachable, fmt.Errorf("ssh to sandbox %s over the relay: %w", name, err)}
 	}
@@ -273,7 +272,17 @@ in a phase that allows it), 3 (no such sandbox) or 5 (no gateway, or no
 supervisor session).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			conn, _, err := co.openRelay(cmd, args[0])
+			conn, reply, err := co.openRelay(cmd, args[0])
+			if err == nil {
+				if path := os.Getenv(knownHostsEnv); path != "" {
+					// Run by connect: pin the key vouched for with this
+					// relay before ssh can see the server's.
+					if err = co.pinForConnect(args[0], reply, path); err != nil {
+						_ = conn.Close()
+						err = &exitError{exitFailure, err}
+					}
+				}
+			}
 			if err != nil {
 				if path := os.Getenv(proxyStatusEnv); path != "" {
 					// Run by connect: it prints the message and exits
@@ -304,8 +313,36 @@ supervisor session).`,
 	}
 }
 
-// sshOptions are the options of a Host block for NAME.
-func (co *clientOpts) sshOptions(name string) ([][2]string, error) {
+// pinForConnect writes the known_hosts line of the key the gateway
+// vouched for (reply) to connect's new file at path.
+func (co *clientOpts) pinForConnect(name string, reply *messages.Reply, path string) error {
+	alias, err := co.hostKeyAlias(name)
+	if err != nil {
+		return err
+	}
+	line, err := knownHostsLine(alias, reply.HostKey)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", name, err)
+	}
+	return writeNewKnownHosts(path, line)
+}
+
+// hostKeyAlias is sandbox name's HostKeyAlias under the client
+// configuration (hostKeyAlias), once name is known to be a sandbox's.
+func (co *clientOpts) hostKeyAlias(name string) (string, error) {
+	if err := checkSandboxName(name); err != nil {
+		return "", err
+	}
+	cfg, _, err := co.configuration()
+	if err != nil {
+		return "", &exitError{exitUnreachable, err}
+	}
+	return hostKeyAlias(name, cfg), nil
+}
+
+// sshOptions are the options of a Host block for NAME whose host key is
+// pinned in the known_hosts file knownHosts under alias.
+func (co *clientOpts) sshOptions(name, alias, knownHosts string) ([][2]string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the stockade binary: %w", err)
@@ -330,9 +367,12 @@ func (co *clientOpts) sshOptions(name string) ([][2]string, error) {
 		{"User", "sandbox"},
 		{"ProxyCommand", proxy},
 		// The relay stream is mutual TLS to the gateway plus its one-time
-		// token before SSH starts; the host key adds nothing on this path.
-		{"StrictHostKeyChecking", "no"},
-		{"UserKnownHostsFile", "/dev/null"},
+		// token; the host key is still checked against the one the gateway
+		// vouches for, so nothing else on the relay's path can speak for
+		// the sandbox.
+		{"StrictHostKeyChecking", "yes"},
+		{"UserKnownHostsFile", sshQuote(knownHosts)},
+		{"HostKeyAlias", alias},
 		{"LogLevel", "ERROR"},
 	}, nil
 }
@@ -341,9 +381,30 @@ func newSSHConfigCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ssh-config NAME",
 		Short: "Print a Host block for ~/.ssh/config (then: ssh NAME, scp FILE NAME:)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print a Host block for ~/.ssh/config (then: ssh NAME, scp FILE NAME:).
+The sandbox must be Ready: its host key, as the gateway vouches for it and
+the sandbox presents it, is pinned in ~/.config/stockade/known_hosts.d/
+(0600), which the block names with StrictHostKeyChecking yes. A sandbox
+created again under the name has a new key: run ssh-config again.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := co.sshOptions(args[0])
+			name := args[0]
+			alias, err := co.hostKeyAlias(name)
+			if err != nil {
+				return err
+			}
+			path, err := userKnownHostsFile(alias)
+			if err != nil {
+				return &exitError{exitFailure, err}
+			}
+			line, err := co.vouchedHostKey(cmd, name, alias)
+			if err != nil {
+				return err
+			}
+			if err := pinHostKey(path, line); err != nil {
+				return &exitError{exitFailure, err}
+			}
+			opts, err := co.sshOptions(name, alias, path)
 			if err != nil {
 				return &exitError{exitFailure, err}
 			}
@@ -372,38 +433,71 @@ and 4 (the sandbox is not in a phase that allows it), 3 (no such sandbox) or
 			if err != nil {
 				return &exitError{exitFailure, errors.New("ssh not found: install the OpenSSH client (Debian: openssh-client)")}
 			}
-			opts, err := co.sshOptions(args[0])
+			alias, err := co.hostKeyAlias(args[0])
 			if err != nil {
-				return &exitError{exitFailure, err}
+				return err
 			}
-			var argv []string
-			for _, o := range opts {
-				argv = append(argv, "-o", o[0]+"="+o[1])
-			}
-			return runSSH(sshBin, append(argv, args[0]))
+			return runSSH(sshBin, func(knownHosts string) ([]string, error) {
+				opts, err := co.sshOptions(args[0], alias, knownHosts)
+				if err != nil {
+					return nil, &exitError{exitFailure, err}
+				}
+				var argv []string
+				for _, o := range opts {
+					argv = append(argv, "-o", o[0]+"="+o[1])
+				}
+				return append(argv, args[0]), nil
+			})
 		},
 	}
 }
 
+// vouchedHostKey returns the known_hosts line (under alias) of sandbox
+// name's host key as the gateway vouches for it, after an SSH handshake
+// over a relay has shown that the sandbox presents that key.
+func (co *clientOpts) vouchedHostKey(cmd *cobra.Command, name, alias string) ([]byte, error) {
+	conn, reply, err := co.openRelay(cmd, name)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	line, err := knownHostsLine(alias, reply.HostKey)
+	if err != nil {
+		return nil, &exitError{exitUnreachable, fmt.Errorf("sandbox %s: %w", name, err)}
+	}
+	cl, err := sshClient(conn, name, reply)
+	if err != nil {
+		return nil, err
+	}
+	_ = cl.Close()
+	return line, nil
+}
+
 // runSSH runs ssh as a child (not exec: its ProxyCommand's failure must
-// become connect's exit code and message) and exits as it does. ssh-proxy
-// leaves why it failed in a private file (proxyStatusEnv); then ssh's own
-// lines after it ("kex_exchange_identification: Connection closed") are
-// dropped and the stockade message is printed instead.
-func runSSH(sshBin string, args []string) error {
+// become connect's exit code and message) with the arguments args returns
+// for its known_hosts file, and exits as ssh does. ssh-proxy pins the host
+// key the gateway vouches for in that private file (knownHostsEnv) and
+// leaves why it failed in another (proxyStatusEnv); then ssh's own lines
+// after it ("kex_exchange_identification: Connection closed") are dropped
+// and the stockade message is printed instead.
+func runSSH(sshBin string, args func(knownHosts string) ([]string, error)) error {
 	dir, err := os.MkdirTemp("", "stockade-connect-")
 	if err != nil {
 		return &exitError{exitFailure, fmt.Errorf("connect: a private temp dir for ssh-proxy's status: %w (check TMPDIR)", err)}
 	}
 	defer os.RemoveAll(dir)
-	status := filepath.Join(dir, "status")
+	status, knownHosts := filepath.Join(dir, "status"), filepath.Join(dir, "known_hosts")
+	argv, err := args(knownHosts)
+	if err != nil {
+		return err
+	}
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return &exitError{exitFailure, fmt.Errorf("connect: pipe for ssh's stderr: %w", err)}
 	}
-	c := exec.Command(sshBin, args...)
+	c := exec.Command(sshBin, argv...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, wr
-	c.Env = append(os.Environ(), proxyStatusEnv+"="+status)
+	c.Env = append(os.Environ(), proxyStatusEnv+"="+status, knownHostsEnv+"="+knownHosts)
 	// The terminal's signals reach ssh (same process group); this process
 	// waits for it. SIGTERM and SIGHUP sent to this process are passed on.
 	sigs := make(chan os.Signal, 4)

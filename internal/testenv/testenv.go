@@ -47,6 +47,22 @@ func NeedRoot(t testing.TB) {
 	}
 }
 
+// OpenHostDir returns a new world-writable host directory outside /tmp
+// (under /var/lib; a sandbox's /tmp is its own), removed when t ends: only
+// a sandbox's policy stands between its workload and it. Root only.
+func OpenHostDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/lib", "stockade-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // Eventually polls cond every 10 ms until it returns true or timeout
 // passes, then fails the test with msg.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {

@@ -33,8 +33,15 @@
 //     empty read-only tmpfs, and a generated
 //     resolv.conf (nameserver 127.0.0.1) moved onto /etc/resolv.conf with
 //     move_mount, which covers a symlink itself rather than its target.
-//     Every mount point is resolved with openat2(RESOLVE_IN_ROOT), so no
-//     symlink leads a mount out of the new root. It pivots into the root,
+//     Every mount the workload can write in (the workspace, each tmpfs, a
+//     bind of or around a read-write path; an image's root when there are
+//     images: hardenMount) is nosuid,nodev; read-only system binds keep the
+//     host's flags (see bindAttr for why /usr's setuid programs stay
+//     inert). Bind sources and mount points are opened component by
+//     component (resolver): a symlink is followed only where the workload
+//     cannot write, so neither a bind nor a mount is redirected by a link
+//     it planted in its workspace, its tmpfs or a read-write path; an
+//     absolute link in the new root stays in it. It pivots into the root,
 //     detaches the old one and makes the root tmpfs read-only. It then starts
 //     the exec stage, hands the descriptors (three or four), the warnings
 //     and the workload's pid to the parent over a SOCK_SEQPACKET socketpair
@@ -47,7 +54,10 @@
 //     bounding set to Docker's default (never CAP_SYS_ADMIN or
 //     CAP_NET_ADMIN), drops supplementary groups, sets RunAsGroup and
 //     RunAsUser, enters Workdir, sets no_new_privs, applies Landlock from
-//     the Filesystem spec, marks every descriptor above stderr
+//     the Filesystem spec (each path opened like a mount point: a link the
+//     workload could have made is not followed, and the path is skipped
+//     with a warning, or fails the start in HardRequirement mode), marks
+//     every descriptor above stderr
 //     close-on-exec (close_range) and execs the workload with HTTP(S)_PROXY
 //     pointing at the proxy. A failure before execve (a missing binary, a
 //     hard_requirement path) fails Start with the cause; one no retry can
@@ -88,6 +98,6 @@
 // run_as_user is resolved to a number by the caller.
 //
 // Kernel: open_tree/move_mount (5.2), openat2 (5.6), close_range with
-// CLOSE_RANGE_CLOEXEC (5.11); Landlock (5.13) is required only by
-// HardRequirement.
+// CLOSE_RANGE_CLOEXEC (5.11), mount_setattr (5.12); Landlock (5.13) is
+// required only by HardRequirement.
 package nsrun

@@ -112,7 +112,12 @@ func prepareWorkload(cfg *stageConfig) (int, []string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, nil, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
-	return applyLandlock(cfg.Mode, landlockRules(cfg))
+	root, err := openRoot("/")
+	if err != nil {
+		return 0, nil, fmt.Errorf("landlock: %w", err)
+	}
+	defer unix.Close(root)
+	return applyLandlock(cfg.Mode, landlockRules(cfg), newResolver(root, writablePaths(cfg)))
 }
 
 // landlockRules are the policy's paths, then the baseline's (skipped

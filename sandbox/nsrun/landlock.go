@@ -60,14 +60,18 @@ type pathRule struct {
 	list   string // "read_only", "read_write", "baseline read_only", "baseline read_write", "always"
 	path   string
 	access uint64
-	// optional: a baseline path; missing, it is skipped without a word.
+	// optional: a baseline path; missing, it is skipped without a word,
+	// and refused (a link the workload could have made) it is skipped
+	// with a warning in either mode.
 	optional bool
 }
 
 // applyLandlock restricts the calling thread, and what it execs, to the
-// rules; no_new_privs must be set. It returns the ABI (0 when Landlock is
-// unavailable) and, in BestEffort mode, a warning per skipped path.
-func applyLandlock(mode Mode, rules []pathRule) (int, []string, error) {
+// rules, each path opened by res (never through a link the workload could
+// have made); no_new_privs must be set. It returns the ABI (0 when
+// Landlock is unavailable) and, in BestEffort mode, a warning per skipped
+// path.
+func applyLandlock(mode Mode, rules []pathRule, res *resolver) (int, []string, error) {
 	abi, err := landlockABI()
 	if err != nil {
 		if mode == HardRequirement {
@@ -92,14 +96,19 @@ func applyLandlock(mode Mode, rules []pathRule) (int, []string, error) {
 	defer unix.Close(int(rfd))
 	var warnings []string
 	for _, r := range rules {
-		err := addPathRule(int(rfd), r.path, r.access&attr.handledAccessFS)
+		err := addPathRule(int(rfd), res, r.path, r.access&attr.handledAccessFS)
 		if err == nil || (r.optional && errors.Is(err, unix.ENOENT)) {
 			continue
 		}
 		if mode == HardRequirement && errors.Is(err, unix.ENOENT) {
 			return abi, nil, permanent(fmt.Errorf("filesystem_policy %s %s: %w (hard_requirement): the path does not exist in the sandbox; remove it from the policy, or use landlock.compatibility: best_effort", r.list, r.path, err))
 		}
-		if mode == HardRequirement {
+		refused := errors.Is(err, errWorkloadLink)
+		if mode == HardRequirement && refused && !r.optional {
+			// The workload's own doing: no retry heals it.
+			return abi, nil, permanent(fmt.Errorf("filesystem_policy %s %s: %w (hard_requirement)", r.list, r.path, err))
+		}
+		if mode == HardRequirement && !refused {
 			return abi, nil, fmt.Errorf("filesystem_policy %s %s: %w (hard_requirement)", r.list, r.path, err)
 		}
 		warnings = append(warnings, fmt.Sprintf("filesystem_policy %s %s skipped: %v", r.list, r.path, err))
@@ -111,11 +120,11 @@ func applyLandlock(mode Mode, rules []pathRule) (int, []string, error) {
 }
 
 // addPathRule allows access beneath path (only the file rights when path is
-// not a directory).
-func addPathRule(rfd int, path string, access uint64) error {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+// not a directory), opened by res.
+func addPathRule(rfd int, res *resolver, path string, access uint64) error {
+	fd, err := res.open(path, true)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t

@@ -81,9 +81,9 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 	if err := unix.Mount("tmpfs", stagingRoot, "tmpfs", noSuidDev, "mode=0755,size=1m"); err != nil {
 		return nil, fmt.Errorf("mount tmpfs for the new root on %s: %w", stagingRoot, err)
 	}
-	root, err := unix.Open(stagingRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := openRoot(stagingRoot)
 	if err != nil {
-		return nil, fmt.Errorf("open new root: %w", err)
+		return nil, fmt.Errorf("new root: %w", err)
 	}
 	defer unix.Close(root)
 	var warnings []string
@@ -91,13 +91,21 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 		// The policy lists "/": the whole host, as it asked.
 		for _, e := range entries {
 			if !ownDir(e.Name()) {
-				if err := mirror(e); err != nil {
+				if err := mirror(cfg, e); err != nil {
 					return nil, err
 				}
 			}
 		}
 	} else {
-		w, err := buildView(cfg)
+		hostRoot, err := openRoot("/")
+		if err != nil {
+			return nil, fmt.Errorf("host root: %w", err)
+		}
+		defer unix.Close(hostRoot)
+		// On the host the workspace is its own path; the read-write lists
+		// are host paths bound where they are.
+		host := newResolver(hostRoot, append(writablePaths(cfg), cfg.Workspace))
+		w, err := buildView(cfg, host, root)
 		if err != nil {
 			return nil, err
 		}
@@ -108,24 +116,32 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 			return nil, fmt.Errorf("new root: %w", err)
 		}
 	}
+	// Mount points are resolved inside the new root, where the workload's
+	// writable directories are what they will be once it runs.
+	inside := newResolver(root, writablePaths(cfg))
 	for _, m := range freshMounts(cfg.TmpfsBytes) {
-		if err := mountIn(root, m.dir, m.fstype, m.fstype, m.flags, m.data); err != nil {
+		if err := mountIn(inside, m.dir, m.fstype, m.fstype, m.flags, m.data); err != nil {
 			if !m.optional && !errors.Is(err, unix.ENOENT) {
 				return nil, err
 			}
 			warnings = append(warnings, "skipped: "+err.Error())
 		}
 	}
-	if err := moveMountIn(tree, root, WorkspaceMount); err != nil {
+	if err := moveMountIn(tree, inside, WorkspaceMount); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	// A file made inside must not be a setuid program or a device on the
+	// host's terms (the workspace is a host directory).
+	if err := hardenMount(tree, noSuidDevAttr); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	for _, p := range cfg.Hidden {
-		err := mountIn(root, p, "tmpfs", "tmpfs", noSuidDev|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0555,size=4k")
+		err := mountIn(inside, p, "tmpfs", "tmpfs", noSuidDev|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0555,size=4k")
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("hide: %w", err)
 		}
 	}
-	w, err := coverResolvConf(root, cfg.ResolvConf)
+	w, err := coverResolvConf(inside, cfg.ResolvConf)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +151,10 @@ func setUpRoot(cfg *stageConfig, tree int) ([]string, error) {
 
 // mirror recreates the host's top-level entry e in the new root: a
 // directory or file is bind-mounted (recursively), a symlink copied.
-// Other types are left out.
-func mirror(e fs.DirEntry) error {
+// Other types are left out. One the workload can write in is nosuid and
+// nodev (the host's /dev only nosuid: its device nodes are what it is
+// for).
+func mirror(cfg *stageConfig, e fs.DirEntry) error {
 	src, dst := "/"+e.Name(), filepath.Join(stagingRoot, e.Name())
 	switch t := e.Type(); {
 	case t&fs.ModeSymlink != 0:
@@ -164,26 +182,39 @@ func mirror(e fs.DirEntry) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("new root: bind %s: %w", src, err)
 	}
+	attr := bindAttr(cfg, src)
+	if attr == 0 {
+		return nil
+	}
+	if src == "/dev" {
+		attr = unix.MOUNT_ATTR_NOSUID
+	}
+	fd, err := unix.Open(dst, unix.O_PATH|unix.O_CLOEXEC, 0) // the bind's root
+	if err != nil {
+		return fmt.Errorf("new root: %s: %w", dst, err)
+	}
+	defer unix.Close(fd)
+	if err := hardenMount(fd, attr); err != nil {
+		return fmt.Errorf("new root: bind %s: %w", src, err)
+	}
 	return nil
 }
 
-// openIn opens path (as seen inside) beneath the new root without letting
-// a symlink lead out of it; a final symlink is opened itself.
-func openIn(root int, path string) (int, error) {
-	fd, err := unix.Openat2(root, path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
+// openIn opens path (as seen inside) beneath the new root without
+// following a link the workload could have made; a final link is opened
+// itself.
+func openIn(res *resolver, path string) (int, error) {
+	fd, err := res.open(path, false)
 	if err != nil {
-		return -1, fmt.Errorf("%s: openat2: %w", path, err)
+		return -1, fmt.Errorf("%s: %w", path, err)
 	}
 	return fd, nil
 }
 
 // mountIn mounts a new filesystem on the directory path inside the new
 // root.
-func mountIn(root int, path, source, fstype string, flags uintptr, data string) error {
-	fd, err := openIn(root, path)
+func mountIn(res *resolver, path, source, fstype string, flags uintptr, data string) error {
+	fd, err := openIn(res, path)
 	if err != nil {
 		return fmt.Errorf("%s on %w", fstype, err)
 	}
@@ -203,8 +234,8 @@ func mountIn(root int, path, source, fstype string, flags uintptr, data string) 
 
 // moveMountIn attaches the detached mount tree on path (which may be a
 // symlink: the mount covers the link itself) inside the new root.
-func moveMountIn(tree, root int, path string) error {
-	fd, err := openIn(root, path)
+func moveMountIn(tree int, res *resolver, path string) error {
+	fd, err := openIn(res, path)
 	if err != nil {
 		return err
 	}
@@ -218,7 +249,7 @@ func moveMountIn(tree, root int, path string) error {
 // coverResolvConf mounts the generated resolv.conf over path inside the
 // new root. A missing path is a warning: the resolver then defaults to
 // 127.0.0.1 anyway.
-func coverResolvConf(root int, path string) ([]string, error) {
+func coverResolvConf(res *resolver, path string) ([]string, error) {
 	src := filepath.Join(stagingRoot, resolvFile)
 	if err := os.WriteFile(src, []byte(resolvConf), 0o644); err != nil {
 		return nil, fmt.Errorf("resolv.conf: %w", err)
@@ -231,7 +262,7 @@ func coverResolvConf(root int, path string) ([]string, error) {
 		return nil, fmt.Errorf("resolv.conf: open_tree: %w", err)
 	}
 	defer unix.Close(tree)
-	err = moveMountIn(tree, root, path)
+	err = moveMountIn(tree, res, path)
 	if errors.Is(err, unix.ENOENT) {
 		return []string{"resolv.conf not covered: " + err.Error()}, nil
 	}
@@ -301,13 +332,17 @@ func viewAll(cfg *stageConfig) bool {
 	return false
 }
 
-// buildView fills the staging root with the baseline and the policy's
-// paths (bind mounts, as bubblewrap does) and a minimal /dev: nothing else
-// of the host exists inside, host unix sockets included. A path covered by
-// an earlier one (its parent, or behind a top-level symlink such as /lib
-// -> usr/lib) is already visible and is not bound again; a missing one is
-// left out (Landlock reports it).
-func buildView(cfg *stageConfig) ([]string, error) {
+// buildView fills the staging root (root) with the baseline and the
+// policy's paths (bind mounts, as bubblewrap does) and a minimal /dev:
+// nothing else of the host exists inside, host unix sockets included. A
+// path covered by an earlier one (its parent, or behind a top-level
+// symlink such as /lib -> usr/lib) is already visible and is not bound
+// again; a missing one is left out (Landlock reports it). Each source is
+// opened through host, so no link the workload could have made (in the
+// workspace or a read-write path, on the host) leads a bind elsewhere: such
+// a path is left out with a warning (and Landlock refuses it too). A bind
+// the workload can write in is nosuid and nodev.
+func buildView(cfg *stageConfig, host *resolver, root int) ([]string, error) {
 	seen := map[string]bool{}
 	var paths []string
 	all := append(append(append(append(baselinePaths(), cfg.BaselineReadOnly...), cfg.BaselineReadWrite...), cfg.ReadOnly...), cfg.ReadWrite...)
@@ -346,41 +381,170 @@ func buildView(cfg *stageConfig) ([]string, error) {
 		if covered(p) {
 			continue
 		}
-		fi, err := os.Lstat(p)
+		src, err := host.open(p, false)
+		if errors.Is(err, errWorkloadLink) {
+			warnings = append(warnings, fmt.Sprintf("%s left out of the sandbox's root: %v", p, err))
+			continue
+		}
 		if err != nil {
 			continue // missing: Landlock's best_effort/hard_requirement says so
 		}
-		dst := filepath.Join(stagingRoot, p)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return nil, fmt.Errorf("new root: %w", err)
+		ok, err := place(cfg, src, root, p)
+		unix.Close(src)
+		if err != nil {
+			return nil, err
 		}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err == nil {
-				err = os.Symlink(target, dst)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("new root: symlink %s: %w", p, err)
-			}
-		case fi.IsDir():
-			if err := os.Mkdir(dst, 0o755); err != nil {
-				return nil, fmt.Errorf("new root: %w", err)
-			}
-			if err := unix.Mount(p, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-				return nil, fmt.Errorf("new root: bind %s: %w", p, err)
-			}
-		case fi.Mode().IsRegular():
-			if err := bindFile(p, dst); err != nil {
-				return nil, err
-			}
-		default:
+		if !ok {
 			warnings = append(warnings, fmt.Sprintf("%s left out of the sandbox's root: not a file or directory", p))
 			continue
 		}
 		placed = append(placed, p)
 	}
 	return warnings, minimalDev()
+}
+
+// place puts the host's src (an O_PATH descriptor of p, a final link not
+// followed) at p in the new root: a link is copied, a directory bound
+// recursively, a file bound. It reports false for any other type.
+func place(cfg *stageConfig, src, root int, p string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return false, fmt.Errorf("new root: fstat %s: %w", p, err)
+	}
+	rel := strings.TrimPrefix(p, "/")
+	mode := st.Mode & unix.S_IFMT
+	switch mode {
+	case unix.S_IFLNK:
+		target, err := readlinkFD(src)
+		if err != nil {
+			return false, fmt.Errorf("new root: readlink %s: %w", p, err)
+		}
+		parent, err := makeDirsBeneath(root, filepath.Dir(rel))
+		if err != nil {
+			return false, fmt.Errorf("new root: %s: %w", p, err)
+		}
+		defer unix.Close(parent)
+		if err := unix.Symlinkat(target, parent, filepath.Base(rel)); err != nil {
+			return false, fmt.Errorf("new root: symlink %s: %w", p, err)
+		}
+		return true, nil
+	case unix.S_IFDIR, unix.S_IFREG:
+	default:
+		return false, nil
+	}
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	if mode == unix.S_IFDIR {
+		flags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(src, "", flags)
+	if err != nil {
+		return false, fmt.Errorf("new root: bind %s: open_tree: %w", p, err)
+	}
+	defer unix.Close(tree)
+	dst, err := makeTarget(root, rel, mode == unix.S_IFDIR)
+	if err != nil {
+		return false, fmt.Errorf("new root: %s: %w", p, err)
+	}
+	defer unix.Close(dst)
+	if err := unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return false, fmt.Errorf("new root: bind %s: move_mount: %w", p, err)
+	}
+	if attr := bindAttr(cfg, p); attr != 0 {
+		if err := hardenMount(tree, attr); err != nil {
+			return false, fmt.Errorf("new root: bind %s: %w", p, err)
+		}
+	}
+	return true, nil
+}
+
+// makeDirsBeneath makes the directories of rel beneath root (0755, as
+// needed) without crossing a link or into another mount, and returns an
+// O_PATH descriptor of the last.
+func makeDirsBeneath(root int, rel string) (int, error) {
+	cur, err := unix.Openat(root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open: %w", err)
+	}
+	for _, c := range components(rel) {
+		if err := unix.Mkdirat(cur, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, fmt.Errorf("mkdir %s: %w", c, err)
+		}
+		next, err := unix.Openat2(cur, c, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+		})
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", c, err)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// makeTarget makes rel beneath root, a directory or an empty file, for a
+// bind mount, and returns an O_PATH descriptor of it.
+func makeTarget(root int, rel string, dir bool) (int, error) {
+	if dir {
+		return makeDirsBeneath(root, rel)
+	}
+	parent, err := makeDirsBeneath(root, filepath.Dir(rel))
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(parent)
+	name := filepath.Base(rel)
+	// An O_PATH descriptor cannot create: the file is made through the
+	// parent's /proc link, then opened beneath it.
+	f, err := os.OpenFile(filepath.Join(procFD(parent), name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return -1, err
+	}
+	f.Close()
+	fd, err := unix.Openat2(parent, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", name, err)
+	}
+	return fd, nil
+}
+
+// noSuidDevAttr is what hardenMount sets on a mount the workload can
+// write: no setuid or setgid program and no device node on it works.
+const noSuidDevAttr = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+
+// hardenMount sets attr (noSuidDevAttr, or less) on the mount tree (an
+// open_tree or O_PATH descriptor of a mount's root) and every mount
+// beneath it. Every mount the workload can write in goes through it or is
+// mounted with MS_NOSUID|MS_NODEV: the workspace, the read-write binds,
+// each tmpfs; an image's root filesystem must be too. Flags are only
+// added, never cleared, so it works on mounts whose flags are locked.
+func hardenMount(tree int, attr uint64) error {
+	err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr})
+	if err != nil {
+		return fmt.Errorf("mount_setattr(nosuid, nodev): %w", err)
+	}
+	return nil
+}
+
+// bindAttr is what a bind of the host's p gets: noSuidDevAttr when the
+// workload can write in it (a read-write path is p, above it or beneath
+// it), else nothing: the host's flags stay. A read-only system bind keeps
+// its setuid programs, which cannot raise anyone inside: their owner (host
+// root) has no uid in the sandbox's user namespace, so the kernel ignores
+// the bit, and every process of the sandbox runs with no_new_privs, which
+// ignores setuid, setgid and file capabilities on execve anyway.
+func bindAttr(cfg *stageConfig, p string) uint64 {
+	for _, q := range append(append([]string(nil), cfg.ReadWrite...), cfg.BaselineReadWrite...) {
+		q = filepath.Clean(q)
+		if q == p || q == "/" || p == "/" || strings.HasPrefix(q, p+"/") || strings.HasPrefix(p, q+"/") {
+			return noSuidDevAttr
+		}
+	}
+	return 0
 }
 
 // minimalDev makes /dev a small tmpfs with the usual device nodes (bound
@@ -392,7 +556,7 @@ func minimalDev() error {
 	if err := os.MkdirAll(dev, 0o755); err != nil {
 		return fmt.Errorf("new root: %w", err)
 	}
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", noSuidDev|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return fmt.Errorf("new root: /dev: %w", err)
 	}
 	for _, n := range devNodes() {
