@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -23,7 +24,14 @@ import (
 // /dev/shm and the policy's read_write host directory are nosuid,nodev in
 // the workload's /proc/self/mountinfo.
 func TestSetuidInWorkspaceInert(t *testing.T) {
-	w := newWorld(t, 0)
+	w := prepareWorld(t, 0)
+	// A state dir of an earlier version, whose sandbox dirs others could
+	// traverse.
+	if err := os.MkdirAll(filepath.Join(contract.StateDir(w.state).Sandboxes(), "suid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.startGateway()
+	t.Cleanup(w.shutdown)
 	rw := testenv.OpenHostDir(t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	write(t, policy, fmt.Sprintf(`version: 1
@@ -80,6 +88,14 @@ exec sleep 1000`)
 		if !slices.Contains(have, "nosuid") || !slices.Contains(have, "nodev") {
 			t.Errorf("%s is mounted %q inside, want nosuid,nodev", m, opts[m])
 		}
+	}
+	// On the host the file is setuid the sandbox root's host uid: no
+	// other host user may reach it (the sandboxes dir is 0700, whatever
+	// the state dir's mode).
+	cmd := exec.Command(prog, "-u")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("host uid %d reached and ran the sandbox root's setuid program in the workspace (euid %s)", nobody, strings.TrimSpace(string(out)))
 	}
 }
 

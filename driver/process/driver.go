@@ -104,10 +104,21 @@ func (d *Driver) Workspace(name string) string {
 // outside the state dir. The workload writes only beneath a workspace,
 // which the driver never resolves a path through (Remove unlinks what is
 // there, links included, without following them).
+//
+// The directory is 0700: a workspace holds files the sandbox's users made
+// (a setuid one of the sandbox's root among them, inert inside, where the
+// workspace is mounted nosuid), which no other host user may reach; the
+// supervisor hands the workspace to the sandbox as a mount, so nothing
+// inside needs to walk the path.
 func (d *Driver) sandboxes() (*os.Root, error) {
 	dir := d.layout().Sandboxes()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandboxes dir: %w", err)
+	}
+	if st, err := os.Stat(dir); err == nil && st.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("sandboxes dir %s is mode %04o and cannot be made 0700: %w", dir, st.Mode().Perm(), err)
+		}
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
