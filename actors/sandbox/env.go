@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // Env is what every sandbox actor shares; it is immutable after Start.
@@ -44,6 +45,12 @@ type Env struct {
 	// Cluster is the node's cluster (nil: a single node driving every
 	// sandbox in its store).
 	Cluster Cluster
+	// Clients tells what each client may do (access.go; nil: no remote
+	// client may do anything).
+	Clients Clients
+	// Self is this gateway node ("gateway:NODE"; zero: gateway:local):
+	// the transitions it makes itself are recorded as its.
+	Self trust.Identity
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
