@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -217,5 +218,72 @@ func TestClientRoles(t *testing.T) {
 	}
 	if _, err := os.Stat(c.bundle("mallory")); err == nil {
 		t.Fatal("a refused issue wrote a bundle")
+	}
+}
+
+// TestClusterClientRoles: in a cluster of two nodes, a request a node
+// forwards to the sandbox's owner is checked there as its original
+// caller's: bob's create through n1 placed on n2 is bob's there; carol
+// (another operator) through n1 is refused by the owner, the sandbox
+// unchanged; bob's stop through n1 is recorded by the owner as bob's. A
+// client issued through one node works through the other (the records
+// are etcd's), and revoking through n2 refuses it at n1's handshake.
+func TestClusterClientRoles(t *testing.T) {
+	cw := newClusterWorld(t, 2)
+	n1, n2 := cw.nodes[0], cw.nodes[1]
+	c := newClients(t, cw.world)
+	for _, cl := range []struct{ name, role string }{{"vic", "viewer"}, {"bob", "operator"}, {"carol", "operator"}} {
+		if code, out, errOut := c.issue("", cl.name, "--role", cl.role); code != 0 {
+			t.Fatalf("issue %s: exit %d\n%s%s", cl.name, code, out, errOut)
+		}
+	}
+	// bob creates through n1 until one is placed on n2.
+	var name string
+	for i := 0; i < 12 && name == ""; i++ {
+		n := fmt.Sprintf("bob%d", i)
+		if out, errOut, code := c.as("bob", "sandbox", "create", n, "--policy", cw.policy, "--", "/bin/sh", "-c", "exec sleep infinity"); code != 0 {
+			t.Fatalf("bob's create of %s: exit %d\n%s%s", n, code, out, errOut)
+		}
+		if s := cw.waitPhase(n, "Ready", 30*time.Second, func(s status) bool { return s.Node != "" }); s.Node == n2.name {
+			name = n
+		}
+	}
+	if name == "" {
+		t.Fatal("placement put none of 12 sandboxes on n2")
+	}
+	before, _ := cw.get(name)
+	js, _, _ := cw.via(n1, "get", name, "-o", "json")
+	if !strings.Contains(js, `"createdBy": "client:bob"`) {
+		t.Fatalf("%s, created through n1 on n2, is not bob's:\n%s", name, js)
+	}
+	// Through n1 (the bundles name n1), owned by n2.
+	if out, errOut, code := c.as("carol", "sandbox", "stop", name); code != 4 || !strings.Contains(errOut, "created by client:bob") {
+		t.Fatalf("carol's stop of %s through n1: exit %d\n%s%s", name, code, out, errOut)
+	}
+	if out, errOut, code := c.as("vic", "sandbox", "delete", name); code != 4 || !strings.Contains(errOut, "viewer") {
+		t.Fatalf("vic's delete of %s: exit %d\n%s%s", name, code, out, errOut)
+	}
+	if s, _ := cw.get(name); s.Phase != "Ready" || s.SupervisorPid != before.SupervisorPid {
+		t.Fatalf("refused requests changed %s: %+v", name, s)
+	}
+	if out, errOut, code := c.as("bob", "sandbox", "stop", name); code != 0 {
+		t.Fatalf("bob's stop of %s through n1: exit %d\n%s%s", name, code, out, errOut)
+	}
+	cw.waitPhase(name, "Stopped", 30*time.Second, nil)
+	table, _, _ := cw.via(n2, "get", name)
+	if !regexp.MustCompile(`(?m)^\s+\S+\s+Ready -> Stopping\s+-\s+client:bob$`).MatchString(table) ||
+		!regexp.MustCompile(`(?m)^\s+\S+\s+Stopping -> Stopped\s+-\s+gateway:n2$`).MatchString(table) {
+		t.Fatalf("the owner's record of bob's stop:\n%s", table)
+	}
+	// Revoked through n2: refused at n1's handshake.
+	if out, errOut, code := run(t, nil, "client", "revoke", "bob", "--state-dir", cw.state, "--gateway", n2.addr); code != 0 {
+		t.Fatalf("revoke bob through n2: exit %d\n%s%s", code, out, errOut)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, errOut, code := c.as("bob", "sandbox", "list")
+		return code == 5 && strings.Contains(errOut, "refused this client's certificate")
+	}, "n1 to refuse bob revoked through n2")
+	if _, errOut, code := c.as("carol", "sandbox", "list"); code != 0 {
+		t.Fatalf("carol after bob's revoke: exit %d %s", code, errOut)
 	}
 }

@@ -345,3 +345,35 @@ func TestAPIChecksRoles(t *testing.T) {
 		t.Fatalf("vera after her issuer's revoke: %v", reply)
 	}
 }
+
+// TestClusterViewLagsTheStore: a cluster node's view of the client records
+// lags etcd (its watch); a client recorded through another node a moment
+// ago, not in the view yet, is looked up in the store once more instead of
+// refused, and a name the store does not know either stays refused.
+func TestClusterViewLagsTheStore(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, _, err := trust.LoadOrCreateCA(filepath.Join(dir, PKIDir)); err != nil { // the cluster's CA
+		t.Fatal(err)
+	}
+	// The store stands in for etcd, an empty index for the node's view.
+	p, err := openPKI(dir, "n1", st, store.NewClientIndex(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := store.ClientCert{Name: "bob", Serial: "b0b", NotAfter: time.Now().Add(time.Hour), Role: "operator", IssuedBy: "client:admin"}
+	if err := st.PutClientCert(context.Background(), rec); err != nil { // through "another node"
+		t.Fatal(err)
+	}
+	if g, err := p.Access("bob"); err != nil || g.Role != access.Operator {
+		t.Fatalf("bob, recorded through another node: %+v %v, want operator", g, err)
+	}
+	p.lastReread = time.Time{} // the next reread is due
+	if _, err := p.Access("nobody"); err == nil {
+		t.Fatal("a client the store does not know has access")
+	}
+}

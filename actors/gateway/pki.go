@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockade-dev/stockade/access"
@@ -51,7 +52,18 @@ type pki struct {
 	// elsewhere, if set, also reports serials revoked through other
 	// nodes (cluster).
 	elsewhere func(*big.Int) bool
+	// reread: the view may lag its store (a cluster node's watch), so a
+	// client it does not know is looked up in the store once more, at
+	// most every rereadEvery (lastReread, under rereadMu).
+	reread     bool
+	rereadMu   sync.Mutex
+	lastReread time.Time
 }
+
+// rereadEvery bounds how often a cluster node reads every client record
+// from etcd because a caller was not in its view (a client issued through
+// another node a moment ago).
+const rereadEvery = 500 * time.Millisecond
 
 // certStore keeps the certificates issued to clients: bbolt on a single
 // node, etcd in a cluster.
@@ -86,7 +98,7 @@ func openPKI(stateDir, node string, st certStore, clusterView *store.ClientIndex
 	if err != nil {
 		return nil, fmt.Errorf("node certificate: %w", err)
 	}
-	p := &pki{ca: ca, node: kp, self: self, st: st, clients: clusterView}
+	p := &pki{ca: ca, node: kp, self: self, st: st, clients: clusterView, reread: clusterView != nil}
 	if p.clients == nil {
 		certs, err := st.ClientCerts()
 		if err != nil {
@@ -110,8 +122,38 @@ func (p *pki) verifier(roles ...trust.Role) *trust.Verifier {
 }
 
 // Access is what client name may do: from the records of its live
-// certificates (access.Resolve). It is the sandbox actors' Clients.
+// certificates (access.Resolve). It is the sandbox actors' Clients. In a
+// cluster, a name with no live record in this node's view is looked up
+// in etcd once more (the watch may not have brought a record written
+// through another node a moment ago).
 func (p *pki) Access(name string) (access.Grant, error) {
+	g, err := p.resolve(name)
+	if err == nil || !p.reread || !p.mayReread() {
+		return g, err
+	}
+	certs, rerr := p.st.ClientCerts()
+	if rerr != nil {
+		return g, fmt.Errorf("%w (and the cluster's records could not be read: %v)", err, rerr)
+	}
+	for _, c := range certs {
+		p.clients.Put(c)
+	}
+	return p.resolve(name)
+}
+
+// mayReread reports whether a reread is due (and takes it).
+func (p *pki) mayReread() bool {
+	p.rereadMu.Lock()
+	defer p.rereadMu.Unlock()
+	if time.Since(p.lastReread) < rereadEvery {
+		return false
+	}
+	p.lastReread = time.Now()
+	return true
+}
+
+// resolve is Access from the view alone.
+func (p *pki) resolve(name string) (access.Grant, error) {
 	live := p.clients.Live(name, time.Now())
 	issued := make([]access.Issued, len(live))
 	for i, c := range live {
