@@ -262,6 +262,7 @@ func TestAPIChecksRoles(t *testing.T) {
 		{Name: "nor", Role: "root", PublicKey: pub()},
 		{Name: "nor", Role: "viewer", Sandboxes: []string{"x"}, PublicKey: pub()},
 		{Name: "nor", Role: "operator", Sandboxes: []string{"../x"}, PublicKey: pub()},
+		{Name: LocalClient, Role: "operator", PublicKey: pub()},
 	} {
 		if r := w.as("client:admin", bad); r.Status != messages.Status_STATUS_INVALID {
 			t.Errorf("issue %+v: %v, want INVALID", bad, r)

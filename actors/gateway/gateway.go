@@ -478,6 +478,11 @@ func (a *apiActor) issue(m *messages.IssueRequest, by trust.Identity) *messages.
 	if err != nil {
 		return errdefs.Reply(errdefs.Invalid("client %s: %w", m.Name, err))
 	}
+	if m.Name == LocalClient && role != access.Admin {
+		// The gateway renews this one at its start, as an admin: another
+		// role for the name would stop that (a live name keeps its role).
+		return errdefs.Reply(errdefs.Invalid("client %s is the local admin's name (the configuration `gateway run` writes): it is always an admin; pick another name", m.Name))
+	}
 	if len(m.Sandboxes) > 0 && role != access.Operator {
 		return errdefs.Reply(errdefs.Invalid("client %s: --sandbox grants sandboxes to an operator; a %s has the same access to every sandbox", m.Name, role))
 	}
