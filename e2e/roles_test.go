@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,6 +219,31 @@ func TestClientRoles(t *testing.T) {
 	}
 	if _, err := os.Stat(c.bundle("mallory")); err == nil {
 		t.Fatal("a refused issue wrote a bundle")
+	}
+
+	// The local admin revokes itself (its configuration leaked, say): every
+	// client it issued goes with it, the command says its own certificate
+	// did, and the sandboxes are untouched.
+	out, errOut, code = c.as("", "client", "revoke", "admin")
+	if code != 0 || !strings.Contains(out, "with it the certificate this command used") {
+		t.Fatalf("the local admin revokes itself: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, who := range []string{"", "vic", "bob", "carol"} {
+		if _, errOut, code := c.as(who, "sandbox", "list"); code != 5 || !strings.Contains(errOut, "refused this client's certificate") {
+			t.Fatalf("%q after revoking the local admin: exit %d %s", who, code, errOut)
+		}
+	}
+	// Its next start issues the gateway a new local admin, and the
+	// sandboxes were untouched.
+	_ = w.gw.Process.Signal(syscall.SIGTERM)
+	if err := <-w.gwDone; err != nil {
+		t.Fatalf("gateway stop: %v", err)
+	}
+	w.startGateway()
+	w.waitPhase("ops", "Ready", 30*time.Second, nil)
+	unchanged("admin", "revoke of itself")
+	if out, errOut, code := c.as("", "client", "list"); code != 0 || !regexp.MustCompile(`(?m)^admin\s+admin\s+-\s+gateway:local\s+\S+\s+\S+\s+\S+\s+-$`).MatchString(out) {
+		t.Fatalf("client list with the new local admin: exit %d\n%s%s", code, out, errOut)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -113,14 +114,40 @@ them, revoke it first.`,
 	return cmd
 }
 
+// revokeWait bounds waiting for a revoke's answer: it comes in
+// milliseconds, unless the revocation took the certificate the request
+// came with (the gateway cannot answer over a revoked certificate).
+const revokeWait = 10 * time.Second
+
 func newClientRevokeCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
-		Use:     "revoke NAME",
-		Short:   "Revoke every certificate issued to a client, and to the clients it issued (refused from their next connection)",
+		Use:   "revoke NAME",
+		Short: "Revoke every certificate issued to a client, and to the clients it issued (refused from their next connection)",
+		Long: `Revoke every certificate issued to NAME, and to every client NAME issued,
+and theirs: each is refused at its next handshake, and its requests on a
+connection made before are refused too. When that takes the certificate
+this command runs with (NAME is its own client, or issued it), the gateway
+cannot answer over it: the command then checks that its certificate is
+refused, and says so.`,
 		Example: `  stockade client revoke alice`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reply, err := co.call(cmd, &messages.RevokeRequest{Name: args[0]})
+			c, err := co.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), revokeWait)
+			defer cancel()
+			reply, err := requestCtx(ctx, c, &messages.RevokeRequest{Name: args[0]})
+			var ee *exitError
+			if errors.As(err, &ee) && ee.code == exitUnreachable {
+				// Did the revocation take this very certificate?
+				if _, perr := co.call(cmd, &messages.ListRequest{}); errors.Is(perr, client.ErrRefused) {
+					fmt.Fprintf(cmd.OutOrStdout(), "client %s revoked, and with it the certificate this command used (refused now); the gateway cannot answer over a revoked certificate: use another admin's configuration for client list\n", args[0])
+					return nil
+				}
+			}
 			if err != nil {
 				return err
 			}
