@@ -145,7 +145,7 @@ func probe(addr string, kp tls.Certificate, ver *trust.Verifier) error {
 		_, err = io.ReadFull(conn, make([]byte, 9))
 	}
 	if err != nil {
-		return fmt.Errorf("%w: the gateway at %s refused this client's certificate (revoked, expired, or from another gateway's CA): %v; ask its operator for a new one (stockade client issue NAME --out FILE)", ErrRefused, addr, err)
+		return fmt.Errorf("%w: the gateway at %s refused this client's certificate (revoked, expired, or from another gateway's CA): %v; ask its operator for a new one (stockade client issue NAME --role ROLE --out FILE)", ErrRefused, addr, err)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 
 // The certificates the cluster issued to clients live under clients/SERIAL,
 // so that a revocation made through one node is refused by every node: each
-// node's view (the watch) holds the revoked serials its TLS verifier asks.
+// node's view (the watch) holds the revoked serials its TLS verifier asks,
+// and the records (role, grants, issuer) its handlers ask.
 
 // ClientCerts returns every client certificate the cluster issued.
 func (n *Node) ClientCerts() ([]store.ClientCert, error) {
@@ -44,42 +45,63 @@ func (n *Node) PutClientCert(ctx context.Context, c store.ClientCert) error {
 	if _, err := n.cli.Put(ctx, n.key("clients", c.Serial), string(data)); err != nil {
 		return fmt.Errorf("cluster: record client %q: %w", c.Name, err)
 	}
+	n.clients.Put(c)
 	return nil
 }
 
-// RevokeClient marks every unrevoked certificate issued to name as revoked
-// at at, each with a write conditioned on the certificate's revision, and
-// returns the serials revoked now.
-func (n *Node) RevokeClient(ctx context.Context, name string, at time.Time) ([]string, error) {
-	resp, err := n.cli.Get(ctx, n.prefix+"clients/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("cluster: revoke client %q: %w", name, err)
-	}
-	var revoked []string
-	for _, kv := range resp.Kvs {
-		var c store.ClientCert
-		if json.Unmarshal(kv.Value, &c) != nil || c.Name != name || !c.Revoked.IsZero() {
-			continue
-		}
-		c.Revoked = at
-		data, err := json.Marshal(c)
+// RevokeClient revokes the certificates of the clients store.RevokeClosure
+// names (name and what it issued, transitively), each with a write
+// conditioned on the certificate's revision, and returns those revoked
+// now. It reads again until a pass finds nothing more to revoke: a client
+// issued by one of them through another node while this ran is revoked
+// too (and such an issue, which checks its issuer after its write, sees
+// the revocation: see the gateway's issue).
+func (n *Node) RevokeClient(ctx context.Context, name string, at time.Time) ([]store.ClientCert, error) {
+	var revoked []store.ClientCert
+	for {
+		resp, err := n.cli.Get(ctx, n.prefix+"clients/", clientv3.WithPrefix())
 		if err != nil {
 			return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
 		}
-		t, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(string(kv.Key), string(data))).Commit()
-		if err != nil {
-			return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+		certs := make([]store.ClientCert, len(resp.Kvs))
+		for i, kv := range resp.Kvs {
+			_ = json.Unmarshal(kv.Value, &certs[i]) // an unreadable record names no client
 		}
-		if t.Succeeded {
-			revoked = append(revoked, c.Serial)
-			n.mu.Lock()
-			n.revoked[c.Serial] = true
-			n.mu.Unlock()
+		names := store.RevokeClosure(certs, name)
+		more := false
+		for i, kv := range resp.Kvs {
+			c := certs[i]
+			if !names[c.Name] || !c.Revoked.IsZero() {
+				continue
+			}
+			c.Revoked = at
+			data, err := json.Marshal(c)
+			if err != nil {
+				return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+			}
+			t, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpPut(string(kv.Key), string(data))).Commit()
+			if err != nil {
+				return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+			}
+			more = true // done now, or changed since the read: read again
+			if t.Succeeded {
+				revoked = append(revoked, c)
+				n.mu.Lock()
+				n.revoked[c.Serial] = true
+				n.mu.Unlock()
+				n.clients.Put(c)
+			}
+		}
+		if !more {
+			return revoked, nil
 		}
 	}
-	return revoked, nil
 }
+
+// Clients is this node's view of the client records (kept by the watch,
+// and by this node's own writes at once).
+func (n *Node) Clients() *store.ClientIndex { return n.clients }
 
 // Revoked reports whether a client certificate's serial is revoked
 // anywhere in the cluster (as of this node's view).
@@ -89,10 +111,15 @@ func (n *Node) Revoked(serial *big.Int) bool {
 	return n.revoked[serial.Text(16)]
 }
 
-// applyClient records a client certificate's revocation (n.mu held).
+// applyClient records a client certificate: its revocation, and what the
+// client may do (n.mu held).
 func (n *Node) applyClient(value []byte) {
 	var c store.ClientCert
-	if json.Unmarshal(value, &c) == nil && !c.Revoked.IsZero() && c.Serial != "" {
+	if json.Unmarshal(value, &c) != nil || c.Serial == "" {
+		return
+	}
+	if !c.Revoked.IsZero() {
 		n.revoked[c.Serial] = true
 	}
+	n.clients.Put(c)
 }

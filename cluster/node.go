@@ -134,6 +134,8 @@ type Node struct {
 	mine map[string]int64
 	// revoked are the revoked client certificates' serials (hex).
 	revoked map[string]bool
+	// clients are the client records (clients.go).
+	clients *store.ClientIndex
 	notify  func(Event)
 
 	stats  *Stats
@@ -178,7 +180,7 @@ func Join(ctx context.Context, cfg Config, notify func(Event)) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, cli: recs.Client(), records: recs, log: cfg.Log, prefix: cfg.Prefix, ttl: cfg.TTL,
 		nodes: map[string]NodeInfo{}, owners: map[string]owner{}, recs: map[string]store.Record{},
-		unowned: map[string]time.Time{}, mine: map[string]int64{}, revoked: map[string]bool{}, notify: notify, stats: cfg.Stats, kick: make(chan struct{}, 1),
+		unowned: map[string]time.Time{}, mine: map[string]int64{}, revoked: map[string]bool{}, clients: store.NewClientIndex(nil), notify: notify, stats: cfg.Stats, kick: make(chan struct{}, 1),
 		done: make(chan struct{})}
 	if err := n.register(ctx); err != nil {
 		_ = recs.Close()

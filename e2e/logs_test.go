@@ -31,7 +31,7 @@ type elsewhere struct {
 func newElsewhere(t *testing.T, w *world) *elsewhere {
 	t.Helper()
 	e := &elsewhere{t: t, config: filepath.Join(t.TempDir(), "eve.config"), home: t.TempDir(), state: t.TempDir()}
-	cmd := exec.Command(bin, "client", "issue", "eve", "--out", e.config, "--state-dir", w.state, "--gateway", w.addr)
+	cmd := exec.Command(bin, "client", "issue", "eve", "--role", "viewer", "--out", e.config, "--state-dir", w.state, "--gateway", w.addr)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("client issue: %v\n%s", err, out)
 	}

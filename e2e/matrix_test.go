@@ -578,7 +578,7 @@ func matrixSupervisorLost(m *matrix) {
 	out, _, code := m.cli("get", "sl-start")
 	for _, re := range []string{`(?m)^phase\s+Recovering$`, `(?m)^reason\s+SupervisorLost$`, `(?m)^recovery attempts\s+0$`,
 		`(?m)^message\s+.*recovery attempt 1 of 10 in \d+(\.\d+)?s$`, `(?m)^next retry\s+\d{4}-\d\d-\d\dT\S+Z$`,
-		`(?m)^\s+\d{4}-\d\d-\d\dT\S+Z\s+Ready -> Error\s+SupervisorLost$`, `(?m)^\s+\d{4}-\d\d-\d\dT\S+Z\s+Error -> Recovering\s+SupervisorLost$`} {
+		`(?m)^\s+\d{4}-\d\d-\d\dT\S+Z\s+Ready -> Error\s+SupervisorLost\s+gateway:local$`, `(?m)^\s+\d{4}-\d\d-\d\dT\S+Z\s+Error -> Recovering\s+SupervisorLost\s+gateway:local$`} {
 		if code != 0 || !regexp.MustCompile(re).MatchString(out) {
 			m.t.Fatalf("get sl-start (exit %d) lacks %s:\n%s", code, re, out)
 		}

@@ -67,7 +67,7 @@ func TestClientIssueAndRevoke(t *testing.T) {
 	w := bareGateway(t)
 	bundle := filepath.Join(t.TempDir(), "eve.config")
 	admin := []string{"--state-dir", w.state, "--gateway", w.addr}
-	out, errOut, code := run(t, nil, append([]string{"client", "issue", "eve", "--out", bundle}, admin...)...)
+	out, errOut, code := run(t, nil, append([]string{"client", "issue", "eve", "--role", "viewer", "--out", bundle}, admin...)...)
 	if code != 0 || !strings.Contains(out, "client eve") {
 		t.Fatalf("client issue: exit %d\n%s%s", code, out, errOut)
 	}
@@ -75,7 +75,7 @@ func TestClientIssueAndRevoke(t *testing.T) {
 		t.Fatalf("bundle %s: %v %v, want mode 0600", bundle, st.Mode(), err)
 	}
 	// A second issue to the same file is refused, the file kept.
-	if _, errOut, code := run(t, nil, append([]string{"client", "issue", "eve", "--out", bundle}, admin...)...); code != 2 || !strings.Contains(errOut, "exists") {
+	if _, errOut, code := run(t, nil, append([]string{"client", "issue", "eve", "--role", "viewer", "--out", bundle}, admin...)...); code != 2 || !strings.Contains(errOut, "exists") {
 		t.Fatalf("issue over an existing file: exit %d %s", code, errOut)
 	}
 	// Eve, elsewhere: no state dir, only the bundle (its gateway address inside).

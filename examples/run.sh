@@ -91,7 +91,7 @@ Try next (in another shell):
   kill -9 \$(stockade sandbox get demo -o json | jq .supervisorPid)   # -> Error/SupervisorLost -> Ready
   stockade sandbox stop demo; stockade sandbox start demo
   ls $STATE/sandboxes/demo/workspace             # /sandbox inside
-  stockade client issue alice --out /tmp/alice.config   # a credential for another user (mTLS)
+  stockade client issue alice --role operator --out /tmp/alice.config   # a credential for another user (mTLS; viewer, operator or admin)
 Ctrl-C stops everything.
 TXT
 wait "${pids[1]}"

@@ -901,6 +901,7 @@ type Transition struct {
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	AtUnixMs      int64                  `protobuf:"varint,4,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
 	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	By            string                 `protobuf:"bytes,6,opt,name=by,proto3" json:"by,omitempty"` // who asked: "client:NAME", or what did it itself ("gateway:NODE", "supervisor:NAME")
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -970,6 +971,13 @@ func (x *Transition) GetMessage() string {
 	return ""
 }
 
+func (x *Transition) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 type SandboxStatus struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -986,8 +994,9 @@ type SandboxStatus struct {
 	Restarts         map[string]int64       `protobuf:"bytes,12,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transitions      []*Transition          `protobuf:"bytes,13,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
-	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`   // this creation of the sandbox (its logs are its own)
-	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"` // cluster: the node that owns (drives) it; empty on a single node or with no owner
+	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`                              // this creation of the sandbox (its logs are its own)
+	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"`                            // cluster: the node that owns (drives) it; empty on a single node or with no owner
+	CreatedBy        string                 `protobuf:"bytes,18,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"` // who created it ("client:NAME"); empty for a sandbox created before this was recorded
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1134,6 +1143,13 @@ func (x *SandboxStatus) GetNode() string {
 	return ""
 }
 
+func (x *SandboxStatus) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
 type Reply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=stockade.v1.Status" json:"status,omitempty"`
@@ -1150,6 +1166,7 @@ type Reply struct {
 	Certificate   []byte                 `protobuf:"bytes,12,opt,name=certificate,proto3" json:"certificate,omitempty"`                           // IssueRequest: the client certificate (PEM)
 	Ca            []byte                 `protobuf:"bytes,13,opt,name=ca,proto3" json:"ca,omitempty"`                                             // IssueRequest: the gateway's CA certificate (PEM)
 	Gateways      []string               `protobuf:"bytes,14,rep,name=gateways,proto3" json:"gateways,omitempty"`                                 // IssueRequest: the gateway addresses to put in the bundle
+	Clients       []*ClientInfo          `protobuf:"bytes,15,rep,name=clients,proto3" json:"clients,omitempty"`                                   // ClientListRequest: every client certificate issued
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1282,6 +1299,13 @@ func (x *Reply) GetGateways() []string {
 	return nil
 }
 
+func (x *Reply) GetClients() []*ClientInfo {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
 // IssueRequest asks the gateway to certify a client key (stockade client
 // issue NAME): the key is made by the caller and never leaves it.
 type IssueRequest struct {
@@ -1289,6 +1313,8 @@ type IssueRequest struct {
 	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	PublicKey       []byte                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`                    // PKIX, DER
 	ValiditySeconds int64                  `protobuf:"varint,3,opt,name=validity_seconds,json=validitySeconds,proto3" json:"validity_seconds,omitempty"` // 0: the default (one year)
+	Role            string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`                                               // admin | operator | viewer (required; package access)
+	Sandboxes       []string               `protobuf:"bytes,5,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`                                     // operator: sandboxes granted besides the ones it creates
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1344,8 +1370,23 @@ func (x *IssueRequest) GetValiditySeconds() int64 {
 	return 0
 }
 
-// RevokeRequest revokes every certificate issued to a client name
-// (stockade client revoke NAME); checked at every handshake from then on.
+func (x *IssueRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *IssueRequest) GetSandboxes() []string {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+// RevokeRequest revokes every certificate issued to a client name, and to
+// every client it issued, transitively (stockade client revoke NAME);
+// checked at every handshake from then on.
 type RevokeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2173,6 +2214,153 @@ func (x *BoundaryFailed) GetDetail() string {
 	return ""
 }
 
+// ClientListRequest asks for every client certificate the gateway issued
+// (stockade client list; admins only).
+type ClientListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientListRequest) Reset() {
+	*x = ClientListRequest{}
+	mi := &file_stockade_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientListRequest) ProtoMessage() {}
+
+func (x *ClientListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientListRequest.ProtoReflect.Descriptor instead.
+func (*ClientListRequest) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{26}
+}
+
+// ClientInfo is one issued client certificate.
+type ClientInfo struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role           string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`                                        // what the client may do now (access.Resolve); see note
+	Sandboxes      []string               `protobuf:"bytes,3,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`                              // operator: granted at issue
+	IssuedBy       string                 `protobuf:"bytes,4,opt,name=issued_by,json=issuedBy,proto3" json:"issued_by,omitempty"`                // "client:NAME" or "gateway:NODE"; empty: before this was recorded
+	Serial         string                 `protobuf:"bytes,5,opt,name=serial,proto3" json:"serial,omitempty"`                                    // hex
+	IssuedUnixMs   int64                  `protobuf:"varint,6,opt,name=issued_unix_ms,json=issuedUnixMs,proto3" json:"issued_unix_ms,omitempty"` // 0: before this was recorded
+	NotAfterUnixMs int64                  `protobuf:"varint,7,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	RevokedUnixMs  int64                  `protobuf:"varint,8,opt,name=revoked_unix_ms,json=revokedUnixMs,proto3" json:"revoked_unix_ms,omitempty"` // 0: not revoked
+	Note           string                 `protobuf:"bytes,9,opt,name=note,proto3" json:"note,omitempty"`                                           // why role is not the recorded one (e.g. issued before roles)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ClientInfo) Reset() {
+	*x = ClientInfo{}
+	mi := &file_stockade_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientInfo) ProtoMessage() {}
+
+func (x *ClientInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientInfo.ProtoReflect.Descriptor instead.
+func (*ClientInfo) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ClientInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClientInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ClientInfo) GetSandboxes() []string {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+func (x *ClientInfo) GetIssuedBy() string {
+	if x != nil {
+		return x.IssuedBy
+	}
+	return ""
+}
+
+func (x *ClientInfo) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *ClientInfo) GetIssuedUnixMs() int64 {
+	if x != nil {
+		return x.IssuedUnixMs
+	}
+	return 0
+}
+
+func (x *ClientInfo) GetNotAfterUnixMs() int64 {
+	if x != nil {
+		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
+func (x *ClientInfo) GetRevokedUnixMs() int64 {
+	if x != nil {
+		return x.RevokedUnixMs
+	}
+	return 0
+}
+
+func (x *ClientInfo) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -2239,7 +2427,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05close\x18\x04 \x01(\bR\x05close\"\x80\x01\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\"\x90\x01\n" +
 	"\n" +
 	"Transition\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
@@ -2247,7 +2435,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x92\x05\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x0e\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\"\xb1\x05\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -2265,10 +2454,12 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
 	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x12\x10\n" +
 	"\x03uid\x18\x0f \x01(\tR\x03uid\x12\x12\n" +
-	"\x04node\x18\x10 \x01(\tR\x04node\x1a;\n" +
+	"\x04node\x18\x10 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x12 \x01(\tR\tcreatedBy\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x85\x04\n" +
 	"\x05Reply\x12+\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.stockade.v1.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x124\n" +
@@ -2286,12 +2477,15 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06policy\x18\v \x01(\fR\x06policy\x12 \n" +
 	"\vcertificate\x18\f \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\r \x01(\fR\x02ca\x12\x1a\n" +
-	"\bgateways\x18\x0e \x03(\tR\bgateways\"l\n" +
+	"\bgateways\x18\x0e \x03(\tR\bgateways\x121\n" +
+	"\aclients\x18\x0f \x03(\v2\x17.stockade.v1.ClientInfoR\aclients\"\x9e\x01\n" +
 	"\fIssueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12)\n" +
-	"\x10validity_seconds\x18\x03 \x01(\x03R\x0fvaliditySeconds\"#\n" +
+	"\x10validity_seconds\x18\x03 \x01(\x03R\x0fvaliditySeconds\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1c\n" +
+	"\tsandboxes\x18\x05 \x03(\tR\tsandboxes\"#\n" +
 	"\rRevokeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\rPolicyRequest\x12\x12\n" +
@@ -2353,7 +2547,19 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0eBoundaryFailed\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail*\xb6\x01\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x13\n" +
+	"\x11ClientListRequest\"\x94\x02\n" +
+	"\n" +
+	"ClientInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1c\n" +
+	"\tsandboxes\x18\x03 \x03(\tR\tsandboxes\x12\x1b\n" +
+	"\tissued_by\x18\x04 \x01(\tR\bissuedBy\x12\x16\n" +
+	"\x06serial\x18\x05 \x01(\tR\x06serial\x12$\n" +
+	"\x0eissued_unix_ms\x18\x06 \x01(\x03R\fissuedUnixMs\x12)\n" +
+	"\x11not_after_unix_ms\x18\a \x01(\x03R\x0enotAfterUnixMs\x12&\n" +
+	"\x0frevoked_unix_ms\x18\b \x01(\x03R\rrevokedUnixMs\x12\x12\n" +
+	"\x04note\x18\t \x01(\tR\x04note*\xb6\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSTATUS_OK\x10\x01\x12\x14\n" +
@@ -2387,39 +2593,41 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_stockade_proto_goTypes = []any{
-	(Status)(0),            // 0: stockade.v1.Status
-	(Verb)(0),              // 1: stockade.v1.Verb
-	(*CreateRequest)(nil),  // 2: stockade.v1.CreateRequest
-	(*Limits)(nil),         // 3: stockade.v1.Limits
-	(*Resources)(nil),      // 4: stockade.v1.Resources
-	(*SandboxRequest)(nil), // 5: stockade.v1.SandboxRequest
-	(*ListRequest)(nil),    // 6: stockade.v1.ListRequest
-	(*LogsRequest)(nil),    // 7: stockade.v1.LogsRequest
-	(*LogEntry)(nil),       // 8: stockade.v1.LogEntry
-	(*LogsBatch)(nil),      // 9: stockade.v1.LogsBatch
-	(*LogsAck)(nil),        // 10: stockade.v1.LogsAck
-	(*Transition)(nil),     // 11: stockade.v1.Transition
-	(*SandboxStatus)(nil),  // 12: stockade.v1.SandboxStatus
-	(*Reply)(nil),          // 13: stockade.v1.Reply
-	(*IssueRequest)(nil),   // 14: stockade.v1.IssueRequest
-	(*RevokeRequest)(nil),  // 15: stockade.v1.RevokeRequest
-	(*PolicyRequest)(nil),  // 16: stockade.v1.PolicyRequest
-	(*SetPolicy)(nil),      // 17: stockade.v1.SetPolicy
-	(*Hello)(nil),          // 18: stockade.v1.Hello
-	(*HelloAck)(nil),       // 19: stockade.v1.HelloAck
-	(*Heartbeat)(nil),      // 20: stockade.v1.Heartbeat
-	(*WorkloadExited)(nil), // 21: stockade.v1.WorkloadExited
-	(*HeartbeatAck)(nil),   // 22: stockade.v1.HeartbeatAck
-	(*RelayRequest)(nil),   // 23: stockade.v1.RelayRequest
-	(*OpenRelay)(nil),      // 24: stockade.v1.OpenRelay
-	(*Reconnect)(nil),      // 25: stockade.v1.Reconnect
-	(*FaultRequest)(nil),   // 26: stockade.v1.FaultRequest
-	(*BoundaryFailed)(nil), // 27: stockade.v1.BoundaryFailed
-	nil,                    // 28: stockade.v1.SandboxStatus.RestartsEntry
-	nil,                    // 29: stockade.v1.Heartbeat.RestartsEntry
-	(*actor.PID)(nil),      // 30: actor.PID
+	(Status)(0),               // 0: stockade.v1.Status
+	(Verb)(0),                 // 1: stockade.v1.Verb
+	(*CreateRequest)(nil),     // 2: stockade.v1.CreateRequest
+	(*Limits)(nil),            // 3: stockade.v1.Limits
+	(*Resources)(nil),         // 4: stockade.v1.Resources
+	(*SandboxRequest)(nil),    // 5: stockade.v1.SandboxRequest
+	(*ListRequest)(nil),       // 6: stockade.v1.ListRequest
+	(*LogsRequest)(nil),       // 7: stockade.v1.LogsRequest
+	(*LogEntry)(nil),          // 8: stockade.v1.LogEntry
+	(*LogsBatch)(nil),         // 9: stockade.v1.LogsBatch
+	(*LogsAck)(nil),           // 10: stockade.v1.LogsAck
+	(*Transition)(nil),        // 11: stockade.v1.Transition
+	(*SandboxStatus)(nil),     // 12: stockade.v1.SandboxStatus
+	(*Reply)(nil),             // 13: stockade.v1.Reply
+	(*IssueRequest)(nil),      // 14: stockade.v1.IssueRequest
+	(*RevokeRequest)(nil),     // 15: stockade.v1.RevokeRequest
+	(*PolicyRequest)(nil),     // 16: stockade.v1.PolicyRequest
+	(*SetPolicy)(nil),         // 17: stockade.v1.SetPolicy
+	(*Hello)(nil),             // 18: stockade.v1.Hello
+	(*HelloAck)(nil),          // 19: stockade.v1.HelloAck
+	(*Heartbeat)(nil),         // 20: stockade.v1.Heartbeat
+	(*WorkloadExited)(nil),    // 21: stockade.v1.WorkloadExited
+	(*HeartbeatAck)(nil),      // 22: stockade.v1.HeartbeatAck
+	(*RelayRequest)(nil),      // 23: stockade.v1.RelayRequest
+	(*OpenRelay)(nil),         // 24: stockade.v1.OpenRelay
+	(*Reconnect)(nil),         // 25: stockade.v1.Reconnect
+	(*FaultRequest)(nil),      // 26: stockade.v1.FaultRequest
+	(*BoundaryFailed)(nil),    // 27: stockade.v1.BoundaryFailed
+	(*ClientListRequest)(nil), // 28: stockade.v1.ClientListRequest
+	(*ClientInfo)(nil),        // 29: stockade.v1.ClientInfo
+	nil,                       // 30: stockade.v1.SandboxStatus.RestartsEntry
+	nil,                       // 31: stockade.v1.Heartbeat.RestartsEntry
+	(*actor.PID)(nil),         // 32: actor.PID
 }
 var file_stockade_proto_depIdxs = []int32{
 	3,  // 0: stockade.v1.CreateRequest.limits:type_name -> stockade.v1.Limits
@@ -2427,22 +2635,23 @@ var file_stockade_proto_depIdxs = []int32{
 	1,  // 2: stockade.v1.SandboxRequest.verb:type_name -> stockade.v1.Verb
 	8,  // 3: stockade.v1.LogsBatch.entries:type_name -> stockade.v1.LogEntry
 	0,  // 4: stockade.v1.LogsBatch.status:type_name -> stockade.v1.Status
-	28, // 5: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
+	30, // 5: stockade.v1.SandboxStatus.restarts:type_name -> stockade.v1.SandboxStatus.RestartsEntry
 	11, // 6: stockade.v1.SandboxStatus.transitions:type_name -> stockade.v1.Transition
 	4,  // 7: stockade.v1.SandboxStatus.resources:type_name -> stockade.v1.Resources
 	0,  // 8: stockade.v1.Reply.status:type_name -> stockade.v1.Status
 	12, // 9: stockade.v1.Reply.sandbox:type_name -> stockade.v1.SandboxStatus
 	12, // 10: stockade.v1.Reply.sandboxes:type_name -> stockade.v1.SandboxStatus
-	30, // 11: stockade.v1.Hello.supervisor:type_name -> actor.PID
-	0,  // 12: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
-	30, // 13: stockade.v1.HelloAck.session:type_name -> actor.PID
-	29, // 14: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
-	4,  // 15: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	29, // 11: stockade.v1.Reply.clients:type_name -> stockade.v1.ClientInfo
+	32, // 12: stockade.v1.Hello.supervisor:type_name -> actor.PID
+	0,  // 13: stockade.v1.HelloAck.status:type_name -> stockade.v1.Status
+	32, // 14: stockade.v1.HelloAck.session:type_name -> actor.PID
+	31, // 15: stockade.v1.Heartbeat.restarts:type_name -> stockade.v1.Heartbeat.RestartsEntry
+	4,  // 16: stockade.v1.Heartbeat.resources:type_name -> stockade.v1.Resources
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -2456,7 +2665,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

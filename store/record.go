@@ -71,6 +71,11 @@ type Spec struct {
 	// Limits are the sandbox's resource limits as created (records of
 	// earlier versions have none: the defaults apply).
 	Limits Limits `json:"limits,omitzero"`
+	// CreatedBy is who created it ("client:NAME"; an operator drives
+	// what it created); PolicyBy who set the current policy version.
+	// Empty in records of earlier versions.
+	CreatedBy string `json:"createdBy,omitempty"`
+	PolicyBy  string `json:"policyBy,omitempty"`
 }
 
 // Limits are a sandbox's resource limits: 0 is "the default", -1
@@ -108,6 +113,7 @@ type PolicyRev struct {
 	Version uint64    `json:"version"`
 	Policy  string    `json:"policy"`
 	Until   time.Time `json:"until"`
+	By      string    `json:"by,omitempty"` // who set it (Spec.PolicyBy then)
 }
 
 // PolicyHistoryLen is how many earlier policy versions a record keeps.

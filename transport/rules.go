@@ -189,7 +189,7 @@ func ClusterRules() Rules {
 func clientRequests() []string {
 	return names(&messages.CreateRequest{}, &messages.SandboxRequest{},
 		&messages.ListRequest{}, &messages.RelayRequest{}, &messages.FaultRequest{}, &messages.PolicyRequest{},
-		&messages.IssueRequest{}, &messages.RevokeRequest{}, &messages.LogsRequest{}, &messages.LogsAck{})
+		&messages.IssueRequest{}, &messages.RevokeRequest{}, &messages.ClientListRequest{}, &messages.LogsRequest{}, &messages.LogsAck{})
 }
 
 // SupervisorRules is a supervisor's table: only a gateway node, to the

@@ -55,7 +55,7 @@ func LoadClientConfig(places []string) (*ClientFile, string, error) {
 		}
 		return c, p, err
 	}
-	return nil, "", fmt.Errorf("%w: looked in %s (make one with `stockade client issue NAME --out FILE` on the gateway, or use the gateway's state dir with --state-dir)",
+	return nil, "", fmt.Errorf("%w: looked in %s (make one with `stockade client issue NAME --role ROLE --out FILE` on the gateway, or use the gateway's state dir with --state-dir)",
 		ErrNoClientConfig, strings.Join(places, ", "))
 }
 

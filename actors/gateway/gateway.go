@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/stockade-dev/stockade/access"
 	"github.com/stockade-dev/stockade/actors/relay"
 	"github.com/stockade-dev/stockade/actors/sandbox"
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
@@ -201,7 +204,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer node.Close()
 		st, certs = node.Store(), node
 	}
-	pk, err := openPKI(cfg.StateDir, cfg.Node, certs, clustered)
+	var clientView *store.ClientIndex
+	if clustered {
+		clientView = node.Clients()
+	}
+	pk, err := openPKI(cfg.StateDir, cfg.Node, certs, clientView)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -258,7 +265,7 @@ func Run(ctx context.Context, cfg Config) error {
 		view, pcfg.Gateways, gateways = cv, cv.Gateways, cv.Gateways()
 	}
 	env := &sandbox.Env{Cluster: view, Gateway: addr, Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
-		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters,
+		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters, Clients: pk, Self: pk.self,
 		RelayAddr: relayAddr, RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
 	// The API actor (clients) and the hello actor (supervisors) are the
@@ -268,7 +275,8 @@ func Run(ctx context.Context, cfg Config) error {
 	rootProps := treeProps(cfg.Log, counters, gaveUp, []child{
 		{"relay-listener", relay.ListenerProps(relayLn, cfg.Log)},
 		{"sandboxes", sandbox.Props(env)},
-		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes})},
+		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes,
+			auth: sandbox.Authority{Clients: pk, Self: pk.self, Log: cfg.Log}})},
 		{path.Base(transport.HelloActor), actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
 			actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))},
 	})
@@ -383,19 +391,27 @@ func apiProps(a *apiActor) *actor.Props {
 }
 
 // apiActor serves clients: it checks that the caller is a client (the
-// transport already did), answers certificate requests and gateway faults
-// itself, and forwards the rest to sandboxes; replies go straight back to
-// the requester.
+// transport already did) whose role may make the request at all (package
+// access: the sandbox's actor checks again, with the sandbox's creator),
+// answers certificate requests and gateway faults itself, and forwards the
+// rest to sandboxes; replies go straight back to the requester.
 type apiActor struct {
 	log       zerolog.Logger
 	faults    *fault.Set
 	chaos     bool
 	pki       *pki
 	sandboxes *actor.PID
+	// auth checks callers against the client records (nil pki: only
+	// callers inside this process).
+	auth sandbox.Authority
 }
 
 func (a *apiActor) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	req, ok := sandbox.RequestOf(ctx.Message())
+	if !ok {
+		return
+	}
+	switch ctx.Message().(type) {
 	case *messages.CreateRequest, *messages.SandboxRequest, *messages.ListRequest, *messages.RelayRequest, *messages.PolicyRequest,
 		*messages.LogsRequest, *messages.LogsAck:
 		if a.faults != nil {
@@ -406,10 +422,15 @@ func (a *apiActor) Receive(ctx actor.Context) {
 				return
 			}
 		}
+	}
+	// A remote caller must be a client (the transport routes only clients
+	// here) whose role may make req at all.
+	by, ok := a.auth.Allow(ctx, req, true)
+	if !ok {
+		return
+	}
+	switch m := ctx.Message().(type) {
 	case *messages.FaultRequest:
-		if !a.callerIs(ctx, trust.RoleClient) {
-			return
-		}
 		if !a.chaos {
 			ctx.Respond(errdefs.Reply(errdefs.Invalid("faults are off: this gateway runs without --chaos (faults are for tests and the chaos harness)")))
 			return
@@ -419,27 +440,16 @@ func (a *apiActor) Receive(ctx actor.Context) {
 			return
 		}
 	case *messages.IssueRequest:
-		if a.callerIs(ctx, trust.RoleClient) {
-			ctx.Respond(a.issue(ctx, m))
-		}
+		ctx.Respond(a.issue(m, by))
 		return
 	case *messages.RevokeRequest:
-		if a.callerIs(ctx, trust.RoleClient) {
-			ctx.Respond(a.revoke(ctx, m))
-		}
+		ctx.Respond(a.revoke(m, by))
 		return
-	default:
+	case *messages.ClientListRequest:
+		ctx.Respond(a.listClients())
 		return
 	}
-	if a.callerIs(ctx, trust.RoleClient) {
-		ctx.Forward(a.sandboxes)
-	}
-}
-
-// callerIs checks a remote caller's role (defense in depth: the transport
-// routes only clients here); a local caller (no peer header) is trusted.
-func (a *apiActor) callerIs(ctx actor.Context, role trust.Role) bool {
-	return transport.Authorize(ctx, a.log, role, "")
+	ctx.Forward(a.sandboxes)
 }
 
 // armFault arms a rule in the gateway's own fault set.
@@ -455,42 +465,105 @@ func (a *apiActor) armFault(rule string) *messages.Reply {
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: "armed " + rule + " in the gateway", Fired: int64(fired)}
 }
 
-// issue certifies a client key.
-func (a *apiActor) issue(ctx actor.Context, m *messages.IssueRequest) *messages.Reply {
+// issue certifies a client key with a role (and an operator's
+// sandboxes), asked for by by (an admin: Receive checked).
+func (a *apiActor) issue(m *messages.IssueRequest, by trust.Identity) *messages.Reply {
 	if err := sandbox.CheckName(m.Name); err != nil {
 		return errdefs.Reply(errdefs.Invalid("%s", strings.Replace(err.Error(), "sandbox name", "client name", 1)))
+	}
+	if m.Role == "" {
+		return errdefs.Reply(errdefs.Invalid("client %s: name its role (--role admin, operator or viewer): a viewer reads, an operator drives the sandboxes it creates or is granted, an admin does everything", m.Name))
+	}
+	role, err := access.ParseRole(m.Role)
+	if err != nil {
+		return errdefs.Reply(errdefs.Invalid("client %s: %w", m.Name, err))
+	}
+	if m.Name == LocalClient && role != access.Admin {
+		// The gateway renews this one at its start, as an admin: another
+		// role for the name would stop that (a live name keeps its role).
+		return errdefs.Reply(errdefs.Invalid("client %s is the local admin's name (the configuration `gateway run` writes): it is always an admin; pick another name", m.Name))
+	}
+	if len(m.Sandboxes) > 0 && role != access.Operator {
+		return errdefs.Reply(errdefs.Invalid("client %s: --sandbox grants sandboxes to an operator; a %s has the same access to every sandbox", m.Name, role))
+	}
+	for _, s := range m.Sandboxes {
+		if err := sandbox.CheckName(s); err != nil {
+			return errdefs.Reply(errdefs.Invalid("client %s: --sandbox: %w", m.Name, err))
+		}
 	}
 	pub, err := x509.ParsePKIXPublicKey(m.PublicKey)
 	if err != nil {
 		return errdefs.Reply(errdefs.Invalid("client %s: public key: %w", m.Name, err))
 	}
-	certPEM, cert, err := a.pki.issueClient(context.Background(), m.Name, pub, time.Duration(m.ValiditySeconds)*time.Second)
+	in := issue{name: m.Name, role: role, sandboxes: slices.Compact(slices.Sorted(slices.Values(m.Sandboxes))), by: by,
+		validity: time.Duration(m.ValiditySeconds) * time.Second}
+	certPEM, cert, err := a.pki.issueClient(context.Background(), in, pub)
 	if err != nil {
+		if errdefs.Is(err, errdefs.KindRefused) {
+			return errdefs.Reply(err)
+		}
 		return errdefs.Reply(errdefs.Internal("client %s: %w", m.Name, err))
 	}
-	by, _ := transport.Peer(ctx)
-	a.log.Info().Str("client", m.Name).Str("serial", cert.SerialNumber.Text(16)).Time("not_after", cert.NotAfter).
-		Str("by", by.String()).Msg("client certificate issued")
+	a.log.Info().Str("client", m.Name).Str("role", string(role)).Strs("sandboxes", in.sandboxes).Str("serial", cert.SerialNumber.Text(16)).
+		Time("not_after", cert.NotAfter).Str("by", by.String()).Msg("client certificate issued")
+	granted := ""
+	if len(in.sandboxes) > 0 {
+		granted = " (sandboxes " + strings.Join(in.sandboxes, ", ") + ")"
+	}
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Certificate: certPEM, Ca: a.pki.ca.CertPEM,
-		Message: fmt.Sprintf("client %s: certificate %s valid until %s", m.Name, cert.SerialNumber.Text(16), cert.NotAfter.UTC().Format(time.RFC3339))}
+		Message: fmt.Sprintf("client %s: %s%s, certificate %s valid until %s, issued by %s", m.Name, role, granted,
+			cert.SerialNumber.Text(16), cert.NotAfter.UTC().Format(time.RFC3339), by)}
 }
 
-// revoke revokes every certificate of a client name.
-func (a *apiActor) revoke(ctx actor.Context, m *messages.RevokeRequest) *messages.Reply {
-	n, err := a.pki.revoke(context.Background(), m.Name)
+// revoke revokes every certificate of a client name, and of the clients
+// it issued (transitively), asked for by by.
+func (a *apiActor) revoke(m *messages.RevokeRequest, by trust.Identity) *messages.Reply {
+	revoked, err := a.pki.revoke(context.Background(), m.Name)
 	if err != nil {
 		return errdefs.Reply(errdefs.Internal("client %s: %w", m.Name, err))
 	}
-	if n == 0 {
-		return errdefs.Reply(errdefs.NotFound("no unrevoked certificate was issued to a client named %q", m.Name))
+	if len(revoked) == 0 {
+		return errdefs.Reply(errdefs.NotFound("no unrevoked certificate was issued to a client named %q (stockade client list shows them)", m.Name))
 	}
-	by, _ := transport.Peer(ctx)
-	a.log.Warn().Str("client", m.Name).Int("certificates", n).Str("by", by.String()).Msg("client revoked")
-	msg := fmt.Sprintf("client %s: %d certificate(s) revoked; refused from the next connection", m.Name, n)
-	if m.Name == LocalClient {
+	counts := map[string]int{}
+	for _, c := range revoked {
+		counts[c.Name]++
+	}
+	var also []string
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		if name != m.Name {
+			also = append(also, fmt.Sprintf("%s (%d)", name, counts[name]))
+		}
+	}
+	a.log.Warn().Str("client", m.Name).Int("certificates", len(revoked)).Strs("issued_by_it", also).Str("by", by.String()).Msg("client revoked")
+	msg := fmt.Sprintf("client %s: %d certificate(s) revoked; refused from the next connection", m.Name, counts[m.Name])
+	if len(also) > 0 {
+		msg += "; revoked with it, as clients it issued (or their clients): " + strings.Join(also, ", ")
+	}
+	if counts[LocalClient] > 0 {
 		msg += " (the gateway issues a new local admin certificate into its state dir at its next start)"
 	}
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: msg}
+}
+
+// listClients lists every recorded client certificate: what each name may
+// do (for a live one; as recorded for a revoked or expired one), its
+// issuer, serial, validity and revocation.
+func (a *apiActor) listClients() *messages.Reply {
+	reply := &messages.Reply{Status: messages.Status_STATUS_OK}
+	for _, c := range a.pki.clients.All() {
+		g, _ := access.Resolve(c.Name, []access.Issued{{Role: c.Role, Sandboxes: c.Sandboxes}})
+		info := &messages.ClientInfo{Name: c.Name, Role: string(g.Role), Sandboxes: g.Sandboxes, IssuedBy: c.IssuedBy, Serial: c.Serial,
+			NotAfterUnixMs: c.NotAfter.UnixMilli(), Note: g.Note}
+		if !c.Issued.IsZero() {
+			info.IssuedUnixMs = c.Issued.UnixMilli()
+		}
+		if !c.Revoked.IsZero() {
+			info.RevokedUnixMs = c.Revoked.UnixMilli()
+		}
+		reply.Clients = append(reply.Clients, info)
+	}
+	return reply
 }
 
 // helloActor is the supervisors' door: a Hello is accepted only for the

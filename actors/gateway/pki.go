@@ -10,10 +10,13 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/stockade-dev/stockade/access"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
 )
@@ -22,8 +25,8 @@ import (
 const PKIDir = "pki"
 
 // LocalClient is the name of the client certificate `gateway run` writes
-// into its state dir's client.config for the local operator.
-const LocalClient = "admin"
+// into its state dir's client.config for the local operator: an admin.
+const LocalClient = access.LocalAdmin
 
 // Validity of the certificates the gateway issues.
 const (
@@ -33,32 +36,51 @@ const (
 	renewBefore        = 30 * 24 * time.Hour // the local client config is renewed this long before it expires
 )
 
-// pki is the gateway's trust: its CA, its node certificate and the set of
-// revoked client certificates, checked at every handshake.
+// pki is the gateway's trust: its CA, its node certificate and the records
+// of the client certificates it issued (role, grants, issuer, revoked),
+// asked at every handshake (revoked?) and every client request (access).
 type pki struct {
-	ca      *trust.CA
-	node    tls.Certificate
-	revoked *revocations
-	st      certStore
+	ca   *trust.CA
+	node tls.Certificate
+	// self is this node: the issuer of the local admin's certificate.
+	self trust.Identity
+	st   certStore
+	// clients is the view of the client records: this gateway's own on a
+	// single node (it is their only writer), the cluster node's (kept by
+	// its watch) in a cluster.
+	clients *store.ClientIndex
 	// elsewhere, if set, also reports serials revoked through other
 	// nodes (cluster).
 	elsewhere func(*big.Int) bool
+	// reread: the view may lag its store (a cluster node's watch), so a
+	// client it does not know is looked up in the store once more, at
+	// most every rereadEvery (lastReread, under rereadMu).
+	reread     bool
+	rereadMu   sync.Mutex
+	lastReread time.Time
 }
+
+// rereadEvery bounds how often a cluster node reads every client record
+// from etcd because a caller was not in its view (a client issued through
+// another node a moment ago).
+const rereadEvery = 500 * time.Millisecond
 
 // certStore keeps the certificates issued to clients: bbolt on a single
 // node, etcd in a cluster.
 type certStore interface {
 	ClientCerts() ([]store.ClientCert, error)
 	PutClientCert(ctx context.Context, c store.ClientCert) error
-	RevokeClient(ctx context.Context, name string, at time.Time) ([]string, error)
+	// RevokeClient revokes a client and what it issued (transitively).
+	RevokeClient(ctx context.Context, name string, at time.Time) ([]store.ClientCert, error)
 }
 
 // openPKI loads the CA of stateDir (creating it on a single node's first
 // start; a cluster node needs the cluster's CA there), issues this node's
-// certificate and loads the revoked client certificates.
-func openPKI(stateDir, node string, st certStore, cluster bool) (*pki, error) {
+// certificate and loads the client records: into a new view on a single
+// node, or clusterView, the cluster node's (nil on a single node).
+func openPKI(stateDir, node string, st certStore, clusterView *store.ClientIndex) (*pki, error) {
 	dir := filepath.Join(stateDir, PKIDir)
-	if cluster {
+	if clusterView != nil {
 		if _, err := os.Stat(filepath.Join(dir, trust.CAKeyFile)); err != nil {
 			return nil, fmt.Errorf("no cluster CA in %s (%w): every node of a cluster needs the same CA; make one with `stockade cluster init DIR` and copy DIR to each node's <state-dir>/%s (mode 0700, key 0600)", dir, err, PKIDir)
 		}
@@ -67,7 +89,8 @@ func openPKI(stateDir, node string, st certStore, cluster bool) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, _, err := ca.IssueKeyPair(trust.Identity{Role: trust.RoleGateway, Name: node}, nodeValidity)
+	self := trust.Identity{Role: trust.RoleGateway, Name: node}
+	certPEM, keyPEM, _, err := ca.IssueKeyPair(self, nodeValidity)
 	if err != nil {
 		return nil, fmt.Errorf("node certificate: %w", err)
 	}
@@ -75,15 +98,13 @@ func openPKI(stateDir, node string, st certStore, cluster bool) (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node certificate: %w", err)
 	}
-	p := &pki{ca: ca, node: kp, revoked: &revocations{m: map[string]bool{}}, st: st}
-	certs, err := st.ClientCerts()
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range certs {
-		if !c.Revoked.IsZero() {
-			p.revoked.add(c.Serial)
+	p := &pki{ca: ca, node: kp, self: self, st: st, clients: clusterView, reread: clusterView != nil}
+	if p.clients == nil {
+		certs, err := st.ClientCerts()
+		if err != nil {
+			return nil, err
 		}
+		p.clients = store.NewClientIndex(certs)
 	}
 	return p, nil
 }
@@ -93,39 +114,144 @@ func openPKI(stateDir, node string, st certStore, cluster bool) (*pki, error) {
 func (p *pki) verifier(roles ...trust.Role) *trust.Verifier {
 	pool := x509.NewCertPool()
 	pool.AddCert(p.ca.Cert)
-	revoked := p.revoked.has
+	revoked := func(s *big.Int) bool { return p.clients.Revoked(s.Text(16)) }
 	if p.elsewhere != nil {
-		revoked = func(s *big.Int) bool { return p.revoked.has(s) || p.elsewhere(s) }
+		revoked = func(s *big.Int) bool { return p.clients.Revoked(s.Text(16)) || p.elsewhere(s) }
 	}
 	return &trust.Verifier{CAs: pool, Accept: trust.AcceptRoles(roles...), Revoked: revoked}
 }
 
-// issueClient certifies a client's public key and records it (for revoke).
-func (p *pki) issueClient(ctx context.Context, name string, pub any, validity time.Duration) ([]byte, *x509.Certificate, error) {
-	if validity <= 0 {
-		validity = clientValidity
+// Access is what client name may do: from the records of its live
+// certificates (access.Resolve). It is the sandbox actors' Clients. In a
+// cluster, a name with no live record in this node's view is looked up
+// in etcd once more (the watch may not have brought a record written
+// through another node a moment ago).
+func (p *pki) Access(name string) (access.Grant, error) {
+	g, err := p.resolve(name)
+	if err == nil || !p.reread || !p.mayReread() {
+		return g, err
 	}
-	certPEM, cert, err := p.ca.Issue(trust.Identity{Role: trust.RoleClient, Name: name}, pub, validity)
+	certs, rerr := p.st.ClientCerts()
+	if rerr != nil {
+		return g, fmt.Errorf("%w (and the cluster's records could not be read: %v)", err, rerr)
+	}
+	for _, c := range certs {
+		p.clients.Put(c)
+	}
+	return p.resolve(name)
+}
+
+// mayReread reports whether a reread is due (and takes it).
+func (p *pki) mayReread() bool {
+	p.rereadMu.Lock()
+	defer p.rereadMu.Unlock()
+	if time.Since(p.lastReread) < rereadEvery {
+		return false
+	}
+	p.lastReread = time.Now()
+	return true
+}
+
+// resolve is Access from the view alone.
+func (p *pki) resolve(name string) (access.Grant, error) {
+	live := p.clients.Live(name, time.Now())
+	issued := make([]access.Issued, len(live))
+	for i, c := range live {
+		issued[i] = access.Issued{Role: c.Role, Sandboxes: c.Sandboxes}
+	}
+	return access.Resolve(name, issued)
+}
+
+// issue is one certificate to issue: for whom, what it may do, who asks.
+type issue struct {
+	name      string
+	role      access.Role
+	sandboxes []string
+	by        trust.Identity
+	validity  time.Duration
+}
+
+// issueClient certifies a client's public key and records it (role,
+// grants, issuer: for access and revoke). A client name that has live
+// certificates keeps its role and sandboxes: a new certificate for it
+// must have the same (a renewal), or the name be revoked first.
+//
+// An issue by a client that is revoked meanwhile (through another node)
+// does not outlive it: after its record is written, the issuer's
+// certificates are read again, and if none is live the new one is revoked
+// too. With RevokeClient's reading again until nothing more is revoked,
+// one of the two sees the other's write.
+func (p *pki) issueClient(ctx context.Context, in issue, pub any) ([]byte, *x509.Certificate, error) {
+	if in.validity <= 0 {
+		in.validity = clientValidity
+	}
+	if g, err := p.Access(in.name); err == nil && !access.SameGrant(g, in.role, in.sandboxes) {
+		return nil, nil, errdefs.Refused("client %s exists as %s%s: a new certificate for it keeps its role and sandboxes (give the same to renew it), or revoke it first (stockade client revoke %s) or pick another name",
+			in.name, g.Role, grantText(g), in.name)
+	}
+	certPEM, cert, err := p.ca.Issue(trust.Identity{Role: trust.RoleClient, Name: in.name}, pub, in.validity)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := p.st.PutClientCert(ctx, store.ClientCert{Name: name, Serial: cert.SerialNumber.Text(16), NotAfter: cert.NotAfter}); err != nil {
+	rec := store.ClientCert{Name: in.name, Serial: cert.SerialNumber.Text(16), NotAfter: cert.NotAfter,
+		Role: string(in.role), Sandboxes: in.sandboxes, IssuedBy: in.by.String(), Issued: time.Now()}
+	if err := p.st.PutClientCert(ctx, rec); err != nil {
 		return nil, nil, err
+	}
+	p.clients.Put(rec)
+	if in.by.Role == trust.RoleClient {
+		if err := p.issuerStillLive(ctx, in); err != nil {
+			return nil, nil, err
+		}
 	}
 	return certPEM, cert, nil
 }
 
-// revoke revokes every certificate issued to name; the next handshake of
-// any of them is refused.
-func (p *pki) revoke(ctx context.Context, name string) (int, error) {
-	serials, err := p.st.RevokeClient(ctx, name, time.Now())
+// issuerStillLive checks, in the store, that the client who asked for in
+// has a live certificate; if not, in's certificates are revoked and the
+// issue refused.
+func (p *pki) issuerStillLive(ctx context.Context, in issue) error {
+	certs, err := p.st.ClientCerts()
 	if err != nil {
-		return 0, err
+		return fmt.Errorf("check the issuer %s: %w", in.by, err)
 	}
-	for _, s := range serials {
-		p.revoked.add(s)
+	now := time.Now()
+	for _, c := range certs {
+		if c.Name == in.by.Name && c.Live(now) {
+			return nil
+		}
 	}
-	return len(serials), nil
+	if _, err := p.revoke(ctx, in.name); err != nil {
+		return fmt.Errorf("the issuer %s was revoked meanwhile, and revoking %s failed: %w", in.by, in.name, err)
+	}
+	return errdefs.Refused("client %s: its issuer %s was revoked meanwhile: the new certificate is revoked too", in.name, in.by)
+}
+
+// grantText is " (sandboxes a, b)" for an operator granted some.
+func grantText(g access.Grant) string {
+	s := ""
+	if len(g.Sandboxes) > 0 {
+		s = " (sandboxes " + strings.Join(g.Sandboxes, ", ") + ")"
+	}
+	if g.Note != "" {
+		s += " (" + g.Note + ")"
+	}
+	return s
+}
+
+// revoke revokes every certificate issued to name and to the clients it
+// issued (transitively); the next handshake of any of them is refused,
+// and so is every request of theirs from now on (access finds no live
+// certificate), on a connection made before too.
+func (p *pki) revoke(ctx context.Context, name string) ([]store.ClientCert, error) {
+	revoked, err := p.st.RevokeClient(ctx, name, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range revoked {
+		p.clients.Put(c)
+	}
+	return revoked, nil
 }
 
 // writeLocalConfig writes <state-dir>/client.config for the local
@@ -146,7 +272,7 @@ func (p *pki) writeLocalConfig(ctx context.Context, stateDir string, addrs []str
 		if err != nil {
 			return err
 		}
-		certPEM, _, err := p.issueClient(ctx, LocalClient, key.Public(), clientValidity)
+		certPEM, _, err := p.issueClient(ctx, issue{name: LocalClient, role: access.Admin, by: p.self, validity: clientValidity}, key.Public())
 		if err != nil {
 			return fmt.Errorf("local client certificate: %w", err)
 		}
@@ -163,22 +289,4 @@ func (p *pki) stillGood(cfg *trust.ClientFile) bool {
 	}
 	_, err = p.verifier(trust.RoleClient).Verify([]*x509.Certificate{kp.Leaf})
 	return err == nil && time.Until(kp.Leaf.NotAfter) > renewBefore
-}
-
-// revocations is the set of revoked certificate serials (hex).
-type revocations struct {
-	mu sync.RWMutex
-	m  map[string]bool
-}
-
-func (r *revocations) add(serial string) {
-	r.mu.Lock()
-	r.m[serial] = true
-	r.mu.Unlock()
-}
-
-func (r *revocations) has(serial *big.Int) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.m[serial.Text(16)]
 }

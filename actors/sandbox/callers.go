@@ -19,13 +19,10 @@ const faultTimeout = 5 * time.Second
 
 // Callers, checked again in the handlers (defense in depth: the transport
 // routes no remote peer to these actors but the ones named here): client
-// verbs come from clients through api; Hello from the supervisor of this
-// sandbox through hello; heartbeats, exits and boundary failures from this
-// sandbox's own session actor, inside the process.
-
-func (a *sandboxActor) fromClient(ctx actor.Context) bool {
-	return a.from(ctx, trust.RoleClient, "")
-}
+// verbs come from clients through api, and their roles must allow them
+// (access.go); Hello from the supervisor of this sandbox through hello;
+// heartbeats, exits and boundary failures from this sandbox's own session
+// actor, inside the process.
 
 func (a *sandboxActor) from(ctx actor.Context, role trust.Role, name string) bool {
 	return allowed(ctx, a.env.Log, role, name)

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // Env is what every sandbox actor shares; it is immutable after Start.
@@ -45,6 +46,12 @@ type Env struct {
 	// Cluster is the node's cluster (nil: a single node driving every
 	// sandbox in its store).
 	Cluster Cluster
+	// Clients tells what each client may do (access.go; nil: no remote
+	// client may do anything).
+	Clients Clients
+	// Self is this gateway node ("gateway:NODE"; zero: gateway:local):
+	// the transitions it makes itself are recorded as its.
+	Self trust.Identity
 }
 
 // CheckName validates a sandbox name (contract.CheckName: a DNS label, so

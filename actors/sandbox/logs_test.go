@@ -11,6 +11,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/stockade-dev/stockade/access"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/logs"
@@ -138,7 +139,9 @@ func TestLogsStreamFlowControl(t *testing.T) {
 	}
 	c.none("no acknowledgement yet")
 
-	// Another client acknowledging this stream: ignored.
+	// Another client (one that may read logs) acknowledging this stream:
+	// ignored.
+	w.clients.Set("mallory", access.Grant{Role: access.Viewer})
 	w.sys.Root.Send(w.boxes, &actor.MessageEnvelope{Header: map[string]string{transport.PeerHeader: "client:mallory"},
 		Message: &messages.LogsAck{Name: "box", Stream: stream, Seq: logsWindow}})
 	c.none("acknowledged by another client")

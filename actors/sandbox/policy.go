@@ -10,20 +10,23 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
+	"github.com/stockade-dev/stockade/policy/reason"
 	"github.com/stockade-dev/stockade/store"
 )
 
 // pushTimeout bounds how long `policy set` waits for the supervisor.
 const pushTimeout = 5 * time.Second
 
-// policyRequest gets or sets (hot reload) the sandbox's policy. A set is
-// saved first (the next supervisor starts with it), then pushed to the
-// running supervisor; a supervisor that misses the push gets it when it
-// says Hello with an older version.
-func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyRequest) {
+// policyRequest gets or sets (hot reload) the sandbox's policy, asked for
+// by by. A set is saved first (the next supervisor starts with it, and
+// the record names who set it), audited, then pushed to the running
+// supervisor; a supervisor that misses the push gets it when it says
+// Hello with an older version.
+func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyRequest, by string) {
 	if len(m.Policy) == 0 {
 		ctx.Respond(a.policyGet(m.Rev))
 		return
@@ -40,12 +43,12 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 	// which replaces the live one only once it is on disk.
 	rec := a.rec
 	spec := &rec.Spec
-	old := store.PolicyRev{Version: spec.PolicyVersion, Policy: spec.Policy, Until: time.Now()}
+	old := store.PolicyRev{Version: spec.PolicyVersion, Policy: spec.Policy, Until: time.Now(), By: spec.PolicyBy}
 	spec.PolicyHistory = append(slices.Clone(spec.PolicyHistory), old)
 	if n := len(spec.PolicyHistory); n > store.PolicyHistoryLen {
 		spec.PolicyHistory = spec.PolicyHistory[n-store.PolicyHistoryLen:]
 	}
-	spec.Policy, spec.PolicyVersion = string(m.Policy), spec.PolicyVersion+1
+	spec.Policy, spec.PolicyVersion, spec.PolicyBy = string(m.Policy), spec.PolicyVersion+1, by
 	rec.Lifecycle = a.m.Snapshot()
 	rev, err := a.put(rec)
 	if err != nil {
@@ -56,7 +59,8 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 	rec.Revision = rev
 	a.rec = rec
 	spec = &a.rec.Spec
-	a.env.Log.Info().Str("sandbox", a.name).Uint64("policy_version", spec.PolicyVersion).Msg("policy saved")
+	a.env.Log.Info().Str("sandbox", a.name).Uint64("policy_version", spec.PolicyVersion).Str("by", by).Msg("policy saved")
+	a.recordPolicy(old.Version, spec.PolicyVersion, by)
 	ctx.Send(ctx.Parent(), &statusUpdate{status: a.status()})
 	v := spec.PolicyVersion
 	if a.supRemote == nil {
@@ -118,4 +122,19 @@ func (a *sandboxActor) policyGet(rev uint64) *messages.Reply {
 	}
 	kept = append(kept, fmt.Sprint(spec.PolicyVersion))
 	return errdefs.Reply(errdefs.NotFound("sandbox %s has no policy version %d (kept: %s)", a.name, rev, strings.Join(kept, ", ")))
+}
+
+// recordPolicy audits a policy change (a lifecycle event: `sandbox logs`
+// shows it among the transitions) with who set it.
+func (a *sandboxActor) recordPolicy(from, to uint64, by string) {
+	if a.audit == nil {
+		return
+	}
+	e := audit.NewDecisionAt(a.env.Clock.Now(), audit.ClassLifecycle, true, reason.None)
+	e.ActivityName = "PolicySet"
+	e.Sandbox = a.name
+	e.Policy.Version = to
+	e.Message = fmt.Sprintf("policy version %d -> %d by %s", from, to, by)
+	e.Unmapped = map[string]string{"by": by}
+	a.audit.Record(e)
 }

@@ -50,7 +50,7 @@ func (a *sandboxActor) previousStopped(ctx actor.Context, m *previousStopped) {
 	if m.err != nil {
 		a.env.Log.Error().Err(m.err).Str("sandbox", a.name).Msg("the previous supervisor did not exit")
 		a.step(ctx, func() (lifecycle.Transition, error) {
-			return a.m.On(lifecycle.StartFailed{Detail: fmt.Sprintf("the previous supervisor (pid %d) did not exit: %v", m.proc.Pid(), m.err)})
+			return a.m.On(lifecycle.StartFailed{Detail: fmt.Sprintf("the previous supervisor (pid %d) did not exit: %v", m.proc.Pid(), m.err)}, a.self())
 		})
 		return
 	}
@@ -69,7 +69,9 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 		if err := a.persistErr(); err != nil {
 			a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("new instance not saved; supervisor not started")
 			a.conflicted(err)
-			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}) })
+			a.step(ctx, func() (lifecycle.Transition, error) {
+				return a.m.On(lifecycle.StartFailed{Detail: err.Error()}, a.self())
+			})
 			return
 		}
 	}
@@ -78,7 +80,9 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 	cancel()
 	if err != nil {
 		a.persist(ctx)
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}) })
+		a.step(ctx, func() (lifecycle.Transition, error) {
+			return a.m.On(lifecycle.StartFailed{Detail: err.Error()}, a.self())
+		})
 		return
 	}
 	a.sup, a.rec.SupervisorPID = p, p.Pid()
@@ -132,11 +136,11 @@ func (a *sandboxActor) supervisorExited(ctx actor.Context, m *supervisorExited) 
 	a.step(ctx, func() (lifecycle.Transition, error) {
 		switch {
 		case !up && a.m.Phase() == lifecycle.PhaseProvisioning:
-			return a.m.On(lifecycle.StartFailed{Detail: m.detail, Permanent: m.cannotStart})
+			return a.m.On(lifecycle.StartFailed{Detail: m.detail, Permanent: m.cannotStart}, a.self())
 		case !up && a.m.Phase() == lifecycle.PhaseRecovering:
-			return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: m.detail, Permanent: m.cannotStart})
+			return a.m.On(lifecycle.RecoveryAttemptFailed{Detail: m.detail, Permanent: m.cannotStart}, a.self())
 		default:
-			return a.m.On(lifecycle.SupervisorLost{Detail: m.detail})
+			return a.m.On(lifecycle.SupervisorLost{Detail: m.detail}, a.self())
 		}
 	})
 }
@@ -198,7 +202,7 @@ func (a *sandboxActor) afterAction(ctx actor.Context, m *actionDone) {
 	switch a.m.Phase() {
 	case lifecycle.PhaseStopping:
 		a.rec.SupervisorPID, a.rec.WorkloadPID = 0, 0
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StopDone{}) })
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StopDone{}, a.self()) })
 	case lifecycle.PhaseDeleting:
 		a.deleteRecord(ctx)
 	}
@@ -220,5 +224,5 @@ func (a *sandboxActor) deleteRecord(ctx actor.Context) {
 		a.env.Clock.AfterFunc(a.recordRetry, func() { sys.Root.Send(self, &retryRecordDelete{}) })
 		return
 	}
-	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.DeleteDone{}) })
+	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.DeleteDone{}, a.self()) })
 }

@@ -76,27 +76,27 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 	case *forgotten:
 		ctx.Stop(ctx.Self()) // disowned: the requests queued before are answered
 	case *messages.SandboxRequest:
-		if a.fromClient(ctx) {
-			a.verb(ctx, m)
+		if by, ok := a.allow(ctx); ok {
+			a.verb(ctx, m, by)
 		}
 	case *messages.Hello:
 		if a.from(ctx, trust.RoleSupervisor, a.name) && a.helloAddressOK(ctx, m) {
 			a.hello(ctx, m)
 		}
 	case *messages.RelayRequest:
-		if a.fromClient(ctx) {
+		if _, ok := a.allow(ctx); ok {
 			a.openRelay(ctx)
 		}
 	case *messages.PolicyRequest:
-		if a.fromClient(ctx) {
-			a.policyRequest(ctx, m)
+		if by, ok := a.allow(ctx); ok {
+			a.policyRequest(ctx, m, by)
 		}
 	case *messages.LogsRequest, *messages.LogsAck:
-		if a.fromClient(ctx) {
+		if _, ok := a.allow(ctx); ok {
 			a.logs(ctx) // logs.go
 		}
 	case *messages.FaultRequest:
-		if !a.fromClient(ctx) {
+		if _, ok := a.allow(ctx); !ok {
 			return
 		}
 		if a.supRemote == nil {
@@ -112,7 +112,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		}
 		if m.Instance == a.rec.InstanceID {
 			a.step(ctx, func() (lifecycle.Transition, error) {
-				return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code), Detail: m.Detail})
+				return a.m.On(lifecycle.WorkloadExited{Code: int(m.Code), Detail: m.Detail}, a.supervisor())
 			})
 		}
 	case *messages.BoundaryFailed:
@@ -120,7 +120,9 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			return
 		}
 		if m.Instance == a.rec.InstanceID {
-			a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.BoundaryFailed{Detail: m.Detail}) })
+			a.step(ctx, func() (lifecycle.Transition, error) {
+				return a.m.On(lifecycle.BoundaryFailed{Detail: m.Detail}, a.supervisor())
+			})
 		}
 	case *messages.Heartbeat:
 		if !a.fromOwnSession(ctx) {
@@ -132,7 +134,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			a.persist(ctx)
 		}
 	case *timerFired:
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.TimerFired{Seq: m.seq}) })
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.TimerFired{Seq: m.seq}, a.self()) })
 	case *supervisorExited:
 		a.supervisorExited(ctx, m)
 	case *previousStopped:
@@ -147,7 +149,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		if a.session != nil && m.Who.Equal(a.session) {
 			a.session = nil
 			a.step(ctx, func() (lifecycle.Transition, error) {
-				return a.m.On(lifecycle.SessionLost{Detail: "no heartbeat from the supervisor"})
+				return a.m.On(lifecycle.SessionLost{Detail: "no heartbeat from the supervisor"}, a.self())
 			})
 		}
 	case *actor.Restarting:
@@ -174,7 +176,7 @@ func (a *sandboxActor) start(ctx actor.Context) {
 		a.rec = store.Record{Spec: a.init.spec, Intent: store.IntentRunning}
 		a.openAudit()
 		a.m = lifecycle.New(a.lifecycleConfig(), lifecycle.WithClock(a.env.Clock))
-		t, err := a.m.Apply(lifecycle.VerbCreate)
+		t, err := a.m.Apply(lifecycle.VerbCreate, orSelf(a.init.spec.CreatedBy, a.self()))
 		if err == nil {
 			err = a.createWorkspace()
 		}
@@ -218,7 +220,7 @@ func (a *sandboxActor) start(ctx actor.Context) {
 			a.watch(ctx, p, rec.InstanceID)
 		}
 	}
-	m, t, err := lifecycle.Restore(rec.Lifecycle, a.lifecycleConfig(), alive, lifecycle.WithClock(a.env.Clock))
+	m, t, err := lifecycle.Restore(rec.Lifecycle, a.lifecycleConfig(), alive, a.self(), lifecycle.WithClock(a.env.Clock))
 	if err != nil {
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("restore lifecycle")
 		a.vanish(ctx)
@@ -263,8 +265,9 @@ func (a *sandboxActor) lifecycleConfig() lifecycle.Config {
 	return c
 }
 
-// verb applies a client verb: one machine step, persisted before the reply.
-func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
+// verb applies a client verb, asked for by by: one machine step,
+// persisted before the reply.
+func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest, by string) {
 	if req.Verb == messages.Verb_VERB_GET {
 		ctx.Respond(&messages.Reply{Status: messages.Status_STATUS_OK, Sandbox: a.status()})
 		return
@@ -278,7 +281,7 @@ func (a *sandboxActor) verb(ctx actor.Context, req *messages.SandboxRequest) {
 	// the record; both replace the live ones only once the record is
 	// written. A failed write changes nothing, and the verb can be retried.
 	next := a.m.Clone()
-	t, err := next.Apply(v)
+	t, err := next.Apply(v, by)
 	if err != nil {
 		var re *lifecycle.RefusedError
 		if errors.As(err, &re) {
@@ -482,7 +485,7 @@ func (a *sandboxActor) cancelTimer() {
 
 func (a *sandboxActor) recordTransition(r lifecycle.Record) {
 	a.env.Log.Info().Str("sandbox", a.name).Str("from", r.From.String()).Str("to", r.To.String()).
-		Str("reason", r.Reason.String()).Str("detail", r.Message).Msg("sandbox transition")
+		Str("reason", r.Reason.String()).Str("detail", r.Message).Str("by", r.By).Msg("sandbox transition")
 	if a.audit == nil {
 		return
 	}
@@ -499,6 +502,10 @@ func (a *sandboxActor) recordTransition(r lifecycle.Record) {
 	}
 	if r.Message != "" {
 		e.Message += ": " + r.Message
+	}
+	if r.By != "" {
+		e.Message += " by " + r.By
+		e.Unmapped = map[string]string{"by": r.By}
 	}
 	a.audit.Record(e)
 }
@@ -550,7 +557,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 			Uint64("current", a.rec.Spec.PolicyVersion).Msg("pushing the current policy to the supervisor")
 		ctx.Send(a.supRemote, a.setPolicy())
 	}
-	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}) })
+	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.SessionUp{}, a.supervisor()) })
 }
 
 // helloAck accepts a Hello with session.
@@ -619,6 +626,15 @@ func (a *sandboxActor) status() *messages.SandboxStatus {
 		st.Restarts[kind] = a.children.Get(kind, actor.RestartDirective) + a.children.Get(kind, actor.StopDirective)
 	}
 	return st
+}
+
+// orSelf is by, or self when by is empty (a record from before creators
+// were recorded).
+func orSelf(by, self string) string {
+	if by == "" {
+		return self
+	}
+	return by
 }
 
 // reasonText is "" for no reason (the JSON of `sandbox get`).

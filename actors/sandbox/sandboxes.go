@@ -67,8 +67,8 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 		a.env.Log.Info().Int("sandboxes", len(recs)).Msg("sandboxes re-adopted")
 	case *messages.CreateRequest:
-		if allowed(ctx, a.env.Log, trust.RoleClient, "") {
-			a.create(ctx, m)
+		if by, ok := a.allow(ctx); ok {
+			a.create(ctx, m, by)
 		}
 	case *messages.SandboxRequest:
 		a.route(ctx, m.Name)
@@ -97,7 +97,7 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(&messages.HelloAck{Status: messages.Status_STATUS_NOT_FOUND, Message: fmt.Sprintf("no sandbox named %s; exit", m.Sandbox)})
 	case *messages.ListRequest:
-		if !allowed(ctx, a.env.Log, trust.RoleClient, "") {
+		if _, ok := a.allow(ctx); !ok {
 			return
 		}
 		reply := &messages.Reply{Status: messages.Status_STATUS_OK}
@@ -146,12 +146,12 @@ func recordStatus(r store.Record) *messages.SandboxStatus {
 	s := r.Lifecycle
 	st := &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
 		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts), PolicyVersion: r.Spec.PolicyVersion,
-		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID), Uid: r.Spec.UID}
+		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID), Uid: r.Spec.UID, CreatedBy: r.Spec.CreatedBy}
 	if !s.NextRetry.IsZero() {
 		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
 	}
 	for _, t := range s.Transitions {
-		st.Transitions = append(st.Transitions, &messages.Transition{From: t.From.String(), To: t.To.String(), Reason: reasonText(t.Reason), AtUnixMs: t.At.UnixMilli(), Message: t.Message})
+		st.Transitions = append(st.Transitions, &messages.Transition{From: t.From.String(), To: t.To.String(), Reason: reasonText(t.Reason), AtUnixMs: t.At.UnixMilli(), Message: t.Message, By: t.By})
 	}
 	return st
 }
@@ -186,7 +186,9 @@ func (a *sandboxesActor) route(ctx actor.Context, name string) {
 	ctx.Forward(pid)
 }
 
-func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
+// create makes a new sandbox, created by by (its creator: an operator
+// drives what it created).
+func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest, by trust.Identity) {
 	invalid := func(format string, args ...any) { ctx.Respond(errdefs.Reply(errdefs.Invalid(format, args...))) }
 	if err := CheckName(m.Name); err != nil {
 		invalid("%w", err)
@@ -225,7 +227,7 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest) {
 		return
 	}
 	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
-		Argv: argv, Restart: restart, Created: time.Now(), Limits: asked.Or(a.env.limits())}
+		Argv: argv, Restart: restart, Created: time.Now(), Limits: asked.Or(a.env.limits()), CreatedBy: by.String(), PolicyBy: by.String()}
 	c := &create{spec: spec, respondTo: ctx.Sender()}
 	for _, name := range a.dying {
 		if name == m.Name {

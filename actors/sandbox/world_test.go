@@ -35,6 +35,8 @@ type world struct {
 	log    *testenv.Buffer
 	// policies counts SetPolicy pushes the fake supervisor session got.
 	policies chan *messages.SetPolicy
+	// clients are the client records (the Clients seam).
+	clients *sandboxtest.Clients
 }
 
 func newWorld(t *testing.T) *world {
@@ -46,11 +48,12 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, st: st, faults: faults, drv: sandboxtest.NewDriver(dir + "/sandboxes"),
-		clock: clock.NewFake(time.Now()), log: &testenv.Buffer{}, policies: make(chan *messages.SetPolicy, 16)}
+		clock: clock.NewFake(time.Now()), log: &testenv.Buffer{}, policies: make(chan *messages.SetPolicy, 16),
+		clients: sandboxtest.NewClients()}
 	w.sys = actor.NewActorSystem()
 	w.env = &Env{Store: st, Driver: w.drv, Clock: w.clock, StateDir: dir,
 		Lifecycle: lifecycle.Config{Grace: 20 * time.Second, StartTimeout: 30 * time.Second, StableAfter: 30 * time.Second},
-		Log:       zerolog.New(w.log), Counters: supervise.NewCounters(), RelayAddr: "127.0.0.1:1"}
+		Log:       zerolog.New(w.log), Counters: supervise.NewCounters(), RelayAddr: "127.0.0.1:1", Clients: w.clients}
 	w.boxes = w.spawnBoxes()
 	// The supervisors' session actor (every Hello names it): it takes
 	// policy pushes and confirms them.

@@ -41,7 +41,8 @@ free port, which clients and supervisors are told with every relay.
 Every endpoint is mutual TLS 1.3 under a CA the gateway creates on first
 start in <state-dir>/pki (keys 0600; the gateway refuses to start when a key
 is readable by others). It writes <state-dir>/client.config for the local
-operator; other users and hosts get theirs from 'stockade client issue'.
+operator (an admin client); other users and hosts get theirs, with a role,
+from 'stockade client issue'.
 
 A cluster: --etcd URL[,URL] --node NAME joins the nodes that share that etcd.
 State, membership and ownership live in etcd; each sandbox is driven by one

@@ -322,6 +322,7 @@ type statusView struct {
 	Name             string           `json:"name" yaml:"name"`
 	UID              string           `json:"uid,omitempty" yaml:"uid,omitempty"`   // this creation (its logs)
 	Node             string           `json:"node,omitempty" yaml:"node,omitempty"` // cluster: the owner node
+	CreatedBy        string           `json:"createdBy,omitempty" yaml:"createdBy,omitempty"`
 	Phase            string           `json:"phase" yaml:"phase"`
 	Reason           string           `json:"reason,omitempty" yaml:"reason,omitempty"`
 	Message          string           `json:"message,omitempty" yaml:"message,omitempty"`
@@ -366,10 +367,11 @@ type transitionView struct {
 	Reason  string `json:"reason,omitempty" yaml:"reason,omitempty"`
 	At      string `json:"at" yaml:"at"`
 	Message string `json:"message,omitempty" yaml:"message,omitempty"`
+	By      string `json:"by,omitempty" yaml:"by,omitempty"` // who asked
 }
 
 func viewOf(s *messages.SandboxStatus) statusView {
-	v := statusView{Name: s.Name, UID: s.Uid, Node: s.Node, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
+	v := statusView{Name: s.Name, UID: s.Uid, Node: s.Node, CreatedBy: s.CreatedBy, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
 		RecoveryAttempts: s.RecoveryAttempts, NextRetry: msTime(s.NextRetryUnixMs), PolicyVersion: s.PolicyVersion,
 		Workspace: s.Workspace, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
 		Transitions: []transitionView{}}
@@ -377,7 +379,7 @@ func viewOf(s *messages.SandboxStatus) statusView {
 		v.Restarts = map[string]int64{}
 	}
 	for _, t := range s.Transitions {
-		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs), Message: t.Message})
+		v.Transitions = append(v.Transitions, transitionView{From: t.From, To: t.To, Reason: t.Reason, At: msTime(t.AtUnixMs), Message: t.Message, By: t.By})
 	}
 	if r := s.Resources; r != nil {
 		v.Resources = &resourcesView{Enforced: r.Enforced, Note: r.Note, Cgroup: r.Cgroup,
@@ -425,8 +427,8 @@ func statusTable(tw *tabwriter.Writer, v statusView, now time.Time) {
 			since = v.Since + " (" + age(t, now) + " ago)"
 		}
 	}
-	fmt.Fprintf(tw, "name\t%s\nuid\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%s\nworkload pid\t%s\n",
-		v.Name, dash(v.UID), v.Phase, dash(v.Reason), dash(v.Message), since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion,
+	fmt.Fprintf(tw, "name\t%s\nuid\t%s\ncreated by\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%s\nworkload pid\t%s\n",
+		v.Name, dash(v.UID), dash(v.CreatedBy), v.Phase, dash(v.Reason), dash(v.Message), since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion,
 		dash(v.Workspace), pidText(v.SupervisorPid), pidText(v.WorkloadPid))
 	fmt.Fprintf(tw, "restarts\t%s\n", countsText(v.Restarts))
 	if r := v.Resources; r != nil {
@@ -443,9 +445,9 @@ func statusTable(tw *tabwriter.Writer, v statusView, now time.Time) {
 			(time.Duration(r.CPUMs) * time.Millisecond).String(), cgroup.FormatBytes(r.IOBytes), cgroup.FormatBytes(r.WorkspaceBytes), dash(r.WorkspaceNote), r.OOMKills,
 			cgroup.FormatBytes(r.LogBytes), r.LogDropped)
 	}
-	fmt.Fprintln(tw, "transitions\t(time, from -> to, reason; -o json adds each message)")
+	fmt.Fprintln(tw, "transitions\t(time, from -> to, reason, by whom; -o json adds each message)")
 	for _, t := range v.Transitions {
-		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\n", t.At, dash(t.From), t.To, dash(t.Reason))
+		fmt.Fprintf(tw, "  %s\t%s -> %s\t%s\t%s\n", t.At, dash(t.From), t.To, dash(t.Reason), dash(t.By))
 	}
 }
 

@@ -29,7 +29,7 @@ func TestCannotStartNoRetries(t *testing.T) {
 		}
 	}
 	// A gateway restart leaves it in Error, nothing to run.
-	r, rt, err := Restore(s, Config{}, false, WithClock(c))
+	r, rt, err := Restore(s, Config{}, false, testGateway, WithClock(c))
 	if err != nil || rt.Action != ActionNone || rt.Timer.Kind != TimerNone || r.Phase() != PhaseError {
 		t.Fatalf("restore: %+v %v", rt, err)
 	}

@@ -200,7 +200,7 @@ func TestStopForceEscalates(t *testing.T) {
 	if tr.Action != ActionKill || len(tr.Records) != 0 || !m.Snapshot().Force {
 		t.Fatalf("escalation: %+v", tr)
 	}
-	_, tr, err := Restore(m.Snapshot(), Config{}, true, WithClock(c))
+	_, tr, err := Restore(m.Snapshot(), Config{}, true, testGateway, WithClock(c))
 	if err != nil || tr.Action != ActionKill {
 		t.Fatalf("restore of a forced stop: %+v %v", tr, err)
 	}
@@ -214,7 +214,7 @@ func TestAdoptionNamed(t *testing.T) {
 		{"takeover by node n2", "session lost at takeover by node n2"},
 	} {
 		m, c := machineIn(t, PhaseReady)
-		_, tr, err := Restore(m.Snapshot(), Config{Adoption: tc.adoption}, true, WithClock(c))
+		_, tr, err := Restore(m.Snapshot(), Config{Adoption: tc.adoption}, true, testGateway, WithClock(c))
 		if err != nil || len(tr.Records) == 0 || tr.Records[0].Message != tc.want {
 			t.Fatalf("restore with adoption %q: %+v %v; want first record %q", tc.adoption, tr.Records, err, tc.want)
 		}

@@ -12,6 +12,12 @@ type testClock struct{ now time.Time }
 func (c *testClock) Now() time.Time          { return c.now }
 func (c *testClock) advance(d time.Duration) { c.now = c.now.Add(d) }
 
+// Who the tests' steps are by: verbs a client's, events the gateway's.
+const (
+	testClient  = "client:tester"
+	testGateway = "gateway:test"
+)
+
 // fireTimer, as a step, fires the machine's current timer.
 type fireTimer struct{}
 
@@ -25,14 +31,14 @@ func newTestMachine(cfg Config) (*Machine, *testClock) {
 func do(m *Machine, c *testClock, s any) (Transition, error) {
 	switch s := s.(type) {
 	case Verb:
-		return m.Apply(s)
+		return m.Apply(s, testClient)
 	case Event:
-		return m.On(s)
+		return m.On(s, testGateway)
 	case fireTimer:
 		if m.timer.At.After(c.now) {
 			c.now = m.timer.At
 		}
-		return m.On(TimerFired{Seq: m.timer.Seq})
+		return m.On(TimerFired{Seq: m.timer.Seq}, testGateway)
 	}
 	panic("bad step")
 }

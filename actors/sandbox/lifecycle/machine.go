@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -84,6 +85,12 @@ type Record struct {
 	Reason  Reason    `json:"reason"`
 	Message string    `json:"message,omitempty"`
 	At      time.Time `json:"at"`
+	// By is who asked for the step: a client's identity for a verb
+	// ("client:bob"), or what did it itself ("gateway:NODE" for its
+	// timers, adoptions and the driver's reports, "supervisor:NAME" for
+	// what the supervisor reported). Empty in records from before this
+	// was recorded.
+	By string `json:"by,omitempty"`
 }
 
 // Transition is the outcome of one step.
@@ -137,6 +144,7 @@ type Machine struct {
 	history  []Record
 
 	out Transition // the step being built
+	by  string     // who asked for the step being built
 }
 
 func newMachine(cfg Config, opts []Option) *Machine {
@@ -159,8 +167,9 @@ func New(cfg Config, opts ...Option) *Machine { return newMachine(cfg, opts) }
 // actor restart and adopts the sandbox: supervisorAlive says whether its
 // supervisor process still runs. The returned Transition re-arms what the
 // phase needs (a reconnect grace, a retry, the stop or delete in progress)
-// so nothing stays in Provisioning or Recovering without a timer.
-func Restore(s Snapshot, cfg Config, supervisorAlive bool, opts ...Option) (*Machine, Transition, error) {
+// so nothing stays in Provisioning or Recovering without a timer; by
+// names the node that adopts it (its records).
+func Restore(s Snapshot, cfg Config, supervisorAlive bool, by string, opts ...Option) (*Machine, Transition, error) {
 	if !slices.Contains(Phases(), s.Phase) {
 		return nil, Transition{}, fmt.Errorf("lifecycle: restore: invalid phase %s", s.Phase)
 	}
@@ -171,7 +180,7 @@ func Restore(s Snapshot, cfg Config, supervisorAlive bool, opts ...Option) (*Mac
 	if len(m.history) > HistoryLen {
 		m.history = m.history[len(m.history)-HistoryLen:]
 	}
-	t, err := m.step(func() error { return m.adopt(supervisorAlive) })
+	t, err := m.step(by, func() error { return m.adopt(supervisorAlive) })
 	if err != nil {
 		return nil, Transition{}, err
 	}
@@ -221,17 +230,18 @@ func (m *Machine) hint(v Verb) string {
 	return stateOf(m.phase).advice(v)
 }
 
-// Apply applies a client verb. A verb the phase does not accept returns a
-// *RefusedError and changes nothing. Reads, exec and connect change
-// nothing either (the Transition has From == To and no Action).
-func (m *Machine) Apply(v Verb) (Transition, error) {
+// Apply applies a client verb, asked for by by (the client's identity,
+// recorded in the transitions it makes). A verb the phase does not accept
+// returns a *RefusedError and changes nothing. Reads, exec and connect
+// change nothing either (the Transition has From == To and no Action).
+func (m *Machine) Apply(v Verb, by string) (Transition, error) {
 	if !v.valid() {
 		return Transition{}, fmt.Errorf("lifecycle: unknown verb %d", int(v))
 	}
 	if err := m.Check(v); err != nil {
 		return Transition{}, err
 	}
-	return m.step(func() error {
+	return m.step(by, func() error {
 		switch v {
 		case VerbCreate:
 			return m.start("created")
@@ -256,11 +266,13 @@ func (m *Machine) Apply(v Verb) (Transition, error) {
 	})
 }
 
-// On applies an internal event. Reports that no longer matter (a failure
-// of something already stopped, a stale timer) change nothing and return no
-// error; an event that makes no sense here returns *UnexpectedEventError.
-func (m *Machine) On(e Event) (Transition, error) {
-	return m.step(func() error {
+// On applies an internal event, reported by by (recorded in the
+// transitions it makes: "gateway:NODE", "supervisor:NAME"). Reports that
+// no longer matter (a failure of something already stopped, a stale timer)
+// change nothing and return no error; an event that makes no sense here
+// returns *UnexpectedEventError.
+func (m *Machine) On(e Event, by string) (Transition, error) {
+	return m.step(by, func() error {
 		switch e := e.(type) {
 		case SessionUp:
 			return m.sessionUp(e)
@@ -302,17 +314,21 @@ func (m *Machine) On(e Event) (Transition, error) {
 	})
 }
 
-// step runs f as one atomic step: on error the machine is left as it was.
-func (m *Machine) step(f func() error) (Transition, error) {
+// step runs f as one atomic step, asked for by by: on error the machine
+// is left as it was. Every step names who asked: an empty by is refused.
+func (m *Machine) step(by string, f func() error) (Transition, error) {
+	if by == "" {
+		return Transition{}, errors.New("lifecycle: a step that names no one who asked for it (a client, the gateway or the supervisor)")
+	}
 	saved := *m
-	m.out = Transition{From: m.phase}
+	m.out, m.by = Transition{From: m.phase}, by
 	if err := f(); err != nil {
 		*m = saved
 		return Transition{}, err
 	}
 	t := m.out
 	t.To, t.Reason, t.Message = m.phase, m.reason, m.message
-	m.out = Transition{}
+	m.out, m.by = Transition{}, ""
 	return t, nil
 }
 
@@ -327,7 +343,7 @@ func (m *Machine) move(to Phase, r Reason, msg string) error {
 		return fmt.Errorf("lifecycle: internal error: no transition %s -> %s", m.phase, to)
 	}
 	now := m.clock.Now()
-	rec := Record{From: m.phase, To: to, Reason: r, Message: msg, At: now}
+	rec := Record{From: m.phase, To: to, Reason: r, Message: msg, At: now, By: m.by}
 	m.phase, m.reason, m.message, m.since = to, r, msg, now
 	m.timer, m.out.Timer = Timer{}, Timer{}
 	m.history = append(m.history, rec)

@@ -112,7 +112,7 @@ func TestRecoveryExhaustedAndRecover(t *testing.T) {
 		t.Errorf("message %q\nwant    %q", s.Message, want)
 	}
 	// No more automatic tries: an old timer does nothing.
-	if tr, _ := m.On(TimerFired{Seq: m.seq}); tr.Action != ActionNone || m.Phase() != PhaseError {
+	if tr, _ := m.On(TimerFired{Seq: m.seq}, testGateway); tr.Action != ActionNone || m.Phase() != PhaseError {
 		t.Errorf("a stale timer acted: %+v", tr)
 	}
 	tr = drive(t, m, c, VerbRecover)
@@ -224,7 +224,7 @@ func TestSnapshotJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	m2, tr, err := Restore(s, Config{}, false, WithClock(c))
+	m2, tr, err := Restore(s, Config{}, false, testGateway, WithClock(c))
 	if err != nil || m2.Phase() != PhaseRecovering || tr.Timer.Kind != TimerRetry {
 		t.Fatalf("restore: %+v %v", tr, err)
 	}
@@ -258,7 +258,7 @@ func TestRestore(t *testing.T) {
 		m, c := machineIn(t, tc.phase)
 		s := m.Snapshot()
 		s.RecoveryAttempts = tc.attempts
-		m2, tr, err := Restore(s, Config{Restart: m.cfg.Restart}, tc.alive, WithClock(c))
+		m2, tr, err := Restore(s, Config{Restart: m.cfg.Restart}, tc.alive, testGateway, WithClock(c))
 		if err != nil {
 			t.Fatalf("%s alive=%v: %v", tc.phase, tc.alive, err)
 		}
@@ -268,7 +268,7 @@ func TestRestore(t *testing.T) {
 				tc.phase, tc.alive, tc.attempts, tr.To, tr.Reason, tr.Action, tr.Timer.Kind, tc.to, tc.reason, tc.action, tc.timer)
 		}
 	}
-	if _, _, err := Restore(Snapshot{Phase: PhaseNone}, Config{}, false); err == nil {
+	if _, _, err := Restore(Snapshot{Phase: PhaseNone}, Config{}, false, testGateway); err == nil {
 		t.Error("restored a snapshot without a phase")
 	}
 }

@@ -134,7 +134,7 @@ func TestEveryPhaseVerbPair(t *testing.T) {
 				m, _ := machineIn(t, p)
 				before := m.Snapshot()
 				checkErr := m.Check(v)
-				tr, err := m.Apply(v)
+				tr, err := m.Apply(v, testClient)
 				if (checkErr == nil) != (err == nil) {
 					t.Errorf("Check says %v, Apply says %v", checkErr, err)
 				}
@@ -237,7 +237,7 @@ func TestEnumNames(t *testing.T) {
 	if _, err := ParseRestartPolicy("sometimes"); err == nil {
 		t.Error("restart sometimes parsed")
 	}
-	if _, err := New(Config{}).Apply(Verb(0)); err == nil {
+	if _, err := New(Config{}).Apply(Verb(0), testClient); err == nil {
 		t.Error("verb 0 applied")
 	}
 }
@@ -246,15 +246,15 @@ func TestEnumNames(t *testing.T) {
 // it was (persist, then apply: the actor keeps the clone only once saved).
 func TestCloneIsIndependent(t *testing.T) {
 	m := New(Config{})
-	if _, err := m.Apply(VerbCreate); err != nil {
+	if _, err := m.Apply(VerbCreate, testClient); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.On(SessionUp{}); err != nil {
+	if _, err := m.On(SessionUp{}, testGateway); err != nil {
 		t.Fatal(err)
 	}
 	before := m.Snapshot()
 	c := m.Clone()
-	if _, err := c.Apply(VerbDelete); err != nil {
+	if _, err := c.Apply(VerbDelete, testClient); err != nil {
 		t.Fatal(err)
 	}
 	if c.Phase() != PhaseDeleting || m.Phase() != PhaseReady {
@@ -263,5 +263,73 @@ func TestCloneIsIndependent(t *testing.T) {
 	after := m.Snapshot()
 	if len(after.Transitions) != len(before.Transitions) || after.Phase != before.Phase || after.Message != before.Message {
 		t.Fatalf("the original changed: %+v -> %+v", before, after)
+	}
+}
+
+// TestRecordsNameWhoAsked: every transition records who asked for it (the
+// client of a verb, the reporter of an event, the adopting node of a
+// restore), in the step's records and in the persisted history; a step
+// naming no one is refused and changes nothing.
+func TestRecordsNameWhoAsked(t *testing.T) {
+	m, c := newTestMachine(Config{})
+	if _, err := m.Apply(VerbCreate, "client:bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.On(SessionUp{}, "supervisor:box"); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := m.Apply(VerbStop, "client:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Records) != 1 || tr.Records[0].By != "client:alice" || tr.Records[0].To != PhaseStopping {
+		t.Fatalf("stop's records: %+v", tr.Records)
+	}
+	before := m.Snapshot()
+	if _, err := m.On(StopDone{}, ""); err == nil || m.Phase() != PhaseStopping {
+		t.Fatalf("a step by no one: err %v, phase %s (want refused, Stopping)", err, m.Phase())
+	}
+	if _, err := m.Apply(VerbStart, ""); err == nil || len(m.Snapshot().Transitions) != len(before.Transitions) {
+		t.Fatalf("a verb by no one: err %v, %d transitions (want refused, %d)", err, len(m.Snapshot().Transitions), len(before.Transitions))
+	}
+	drive(t, m, c, StopDone{})
+	want := []struct {
+		to Phase
+		by string
+	}{{PhaseProvisioning, "client:bob"}, {PhaseReady, "supervisor:box"}, {PhaseStopping, "client:alice"}, {PhaseStopped, testGateway}}
+	h := m.Snapshot().Transitions
+	if len(h) != len(want) {
+		t.Fatalf("history %+v", h)
+	}
+	for i, w := range want {
+		if h[i].To != w.to || h[i].By != w.by {
+			t.Errorf("transition %d: -> %s by %q, want -> %s by %q", i, h[i].To, h[i].By, w.to, w.by)
+		}
+	}
+	// A restore's adoption step is the adopting node's.
+	r, _, err := Restore(m.Snapshot(), Config{}, false, "gateway:n2", WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Apply(VerbStart, "client:carol"); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := newTestMachine(Config{})
+	drive(t, m2, c, VerbCreate, SessionUp{})
+	r2, tr2, err := Restore(m2.Snapshot(), Config{}, true, "gateway:n2", WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr2.Records) == 0 || tr2.Records[0].By != "gateway:n2" {
+		t.Fatalf("adoption records %+v, want by gateway:n2", tr2.Records)
+	}
+	if last := r2.Snapshot().Transitions; last[len(last)-1].By != "gateway:n2" {
+		t.Fatalf("adoption not in the history: %+v", last)
+	}
+	if h := r.Snapshot().Transitions; h[len(h)-1].By != "client:carol" {
+		t.Fatalf("start after a restore: %+v", h[len(h)-1])
+	}
+	if _, _, err := Restore(m2.Snapshot(), Config{}, true, ""); err == nil {
+		t.Fatal("a restore by no one was taken")
 	}
 }
