@@ -52,6 +52,7 @@ func supervisorHelper() int {
 		Argv: []string{"/bin/bash", "-c",
 			"(setpriv --pdeathsig clear -- sleep 1000 &); exec sleep 999"},
 		Workspace:  os.Getenv(helperWorkspace),
+		HostIDBase: testIDBase,
 		Filesystem: Filesystem{ReadOnly: baseReadOnly()},
 	})
 	if err != nil {

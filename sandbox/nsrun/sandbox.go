@@ -139,7 +139,11 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		ExtraFiles:  []*os.File{child, exe}, // fdChannel, fdExe
 		SysProcAttr: sysProcAttr(ids),
 	}
-	err = cmd.Start()
+	if ids.root {
+		err = startAsOwner(cmd, ids.base, ids.base)
+	} else {
+		err = cmd.Start()
+	}
 	child.Close()
 	if err != nil {
 		conn.Close()

@@ -1,0 +1,122 @@
+package nsrun
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
+)
+
+// nsGetOwnerUID is NS_GET_OWNER_UID, _IO(0xb7, 0x4): the uid that owns a
+// user namespace, as the caller's namespace sees it.
+const nsGetOwnerUID = 0xb704
+
+func nsOwner(t *testing.T, pid int) uint32 {
+	t.Helper()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	return uid
+}
+
+// TestUserNamespaceOwner: as root, the sandbox's user namespace is owned
+// by its own base uid (so the kernel charges its per-user counts there,
+// not to host root), its processes run as base+id, the caller keeps no
+// thread with those credentials, and init has set the per-uid inotify
+// limits inside.
+func TestUserNamespaceOwner(t *testing.T) {
+	needSandbox(t)
+	base := uint32(testIDBase)
+	spec := bashSpec(t, "cat /proc/sys/user/max_inotify_instances /proc/sys/user/max_inotify_watches > /sandbox/l && mv /sandbox/l /sandbox/limits; exec cat")
+	stdin, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	spec.Stdin = stdin
+	spec.Filesystem.ReadOnly = append(spec.Filesystem.ReadOnly, "/proc")
+	sb := start(t, spec)
+	stdin.Close()
+	if got := nsOwner(t, sb.InitPid()); got != base {
+		t.Errorf("the sandbox's user namespace is owned by uid %d, want its base %d", got, base)
+	}
+	if got := nsOwner(t, os.Getpid()); got != 0 {
+		t.Errorf("the test's own user namespace owner %d", got)
+	}
+	for _, pid := range []int{sb.InitPid(), sb.WorkloadPid()} {
+		if got, want := procStatus(t, pid, "Uid"), strings.TrimSpace(strings.Repeat(fmt.Sprint(base)+" ", 4)); got != want {
+			t.Errorf("pid %d: Uid %q, want %q", pid, got, want)
+		}
+	}
+	// No thread of this process keeps the owner's credentials (the one
+	// that started init ends a moment after Start returns).
+	var kept string
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		kept = threadsNotRoot(t)
+		return kept == ""
+	}, "every thread to be root again (%s)", &kept)
+	if w := sb.Warnings(); len(w) != 0 {
+		t.Errorf("warnings %q", w)
+	}
+	want := hostInotifyShare()
+	if want.Instances == 0 {
+		t.Fatal("no host inotify limits read")
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(spec.Workspace, "limits"))
+		return err == nil
+	}, "the workload to write its limits")
+	got := readWS(t, spec, "limits")
+	if f := strings.Fields(got); len(f) != 2 || f[0] != strconv.FormatInt(want.Instances, 10) || f[1] != strconv.FormatInt(want.Watches, 10) {
+		t.Errorf("inotify limits inside %q, want %d and %d (half the host's per-user limits)", got, want.Instances, want.Watches)
+	}
+}
+
+// TestHostIDBaseRequired: as root a spec must name the sandbox's range.
+func TestHostIDBaseRequired(t *testing.T) {
+	needSandbox(t)
+	for _, base := range []uint32{0, 1000, 65535} {
+		s := bashSpec(t, "true")
+		s.HostIDBase = base
+		if _, _, err := s.prepare(); err == nil || !strings.Contains(err.Error(), "HostIDBase") {
+			t.Errorf("HostIDBase %d: %v", base, err)
+		}
+	}
+}
+
+// threadsNotRoot lists this process's threads whose uids or gids are not
+// all 0.
+func threadsNotRoot(t *testing.T) string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "status"))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && strings.Join(f[1:], " ") != "0 0 0 0" {
+				out = append(out, task.Name()+" "+l)
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
