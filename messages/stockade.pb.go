@@ -946,8 +946,9 @@ type SandboxStatus struct {
 	Restarts         map[string]int64       `protobuf:"bytes,12,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transitions      []*Transition          `protobuf:"bytes,13,rep,name=transitions,proto3" json:"transitions,omitempty"`
 	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
-	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`   // this creation of the sandbox (its logs are its own)
-	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"` // cluster: the node that owns (drives) it; empty on a single node or with no owner
+	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`                        // this creation of the sandbox (its logs are its own)
+	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"`                      // cluster: the node that owns (drives) it; empty on a single node or with no owner
+	HostIds          string                 `protobuf:"bytes,17,opt,name=host_ids,json=hostIds,proto3" json:"host_ids,omitempty"` // as root: the sandbox's own host uid/gid range, FIRST-LAST (65,536 ids); empty unprivileged
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1090,6 +1091,13 @@ func (x *SandboxStatus) GetUid() string {
 func (x *SandboxStatus) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *SandboxStatus) GetHostIds() string {
+	if x != nil {
+		return x.HostIds
 	}
 	return ""
 }
@@ -2202,7 +2210,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x92\x05\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xad\x05\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -2220,7 +2228,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
 	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x12\x10\n" +
 	"\x03uid\x18\x0f \x01(\tR\x03uid\x12\x12\n" +
-	"\x04node\x18\x10 \x01(\tR\x04node\x1a;\n" +
+	"\x04node\x18\x10 \x01(\tR\x04node\x12\x19\n" +
+	"\bhost_ids\x18\x11 \x01(\tR\ahostIds\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd2\x03\n" +

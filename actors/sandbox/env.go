@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -44,6 +45,9 @@ type Env struct {
 	// Cluster is the node's cluster (nil: a single node driving every
 	// sandbox in its store).
 	Cluster Cluster
+	// IDs gives each sandbox its host uid/gid range (ids.go); nil when
+	// the gateway is unprivileged (each sandbox maps only its uid).
+	IDs *idrange.Allocator
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
