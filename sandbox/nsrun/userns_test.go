@@ -8,30 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stockade-dev/stockade/internal/testenv"
 )
-
-// nsGetOwnerUID is NS_GET_OWNER_UID, _IO(0xb7, 0x4): the uid that owns a
-// user namespace, as the caller's namespace sees it.
-const nsGetOwnerUID = 0xb704
-
-func nsOwner(t *testing.T, pid int) uint32 {
-	t.Helper()
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	var uid uint32
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
-		t.Fatalf("NS_GET_OWNER_UID: %v", e)
-	}
-	return uid
-}
 
 // TestUserNamespaceOwner: as root, the sandbox's user namespace is owned
 // by its own base uid (so the kernel charges its per-user counts there,
@@ -51,10 +30,10 @@ func TestUserNamespaceOwner(t *testing.T) {
 	spec.Filesystem.ReadOnly = append(spec.Filesystem.ReadOnly, "/proc")
 	sb := start(t, spec)
 	stdin.Close()
-	if got := nsOwner(t, sb.InitPid()); got != base {
+	if got := testenv.UserNSOwner(t, sb.InitPid()); got != base {
 		t.Errorf("the sandbox's user namespace is owned by uid %d, want its base %d", got, base)
 	}
-	if got := nsOwner(t, os.Getpid()); got != 0 {
+	if got := testenv.UserNSOwner(t, os.Getpid()); got != 0 {
 		t.Errorf("the test's own user namespace owner %d", got)
 	}
 	for _, pid := range []int{sb.InitPid(), sb.WorkloadPid()} {
