@@ -70,8 +70,10 @@ func (e *ClashError) Error() string {
 		return fmt.Sprintf("host ids %s are in use by %s (claim %s): two sandboxes never share host ids; stop that sandbox, or delete this one and create it again (it gets a new range)",
 			e.Range, e.Holder, e.File)
 	}
+	h := e.Holder
+	h.Pid = 0 // its last supervisor's, gone
 	return fmt.Sprintf("host ids %s belong to %s, which still exists though it does not run (claim %s): two sandboxes never share host ids; delete one of the two (if that sandbox is gone for good, remove the claim file)",
-		e.Range, e.Holder, e.File)
+		e.Range, h, e.File)
 }
 
 // Claims are the host's claim files in one directory.
