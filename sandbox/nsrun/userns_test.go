@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,4 +99,66 @@ func threadsNotRoot(t *testing.T) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// TestBecomeOwnerAndBack: the thread that makes the user namespace has
+// the sandbox's effective ids with its capabilities still effective
+// (Go's uid_map write needs them), its real and saved ids still 0; set
+// back (as the main thread is), it is root again with its effective
+// capabilities restored. The thread is discarded either way.
+func TestBecomeOwnerAndBack(t *testing.T) {
+	needSandbox(t)
+	type view struct{ uid, gid, capEff, capPrm string }
+	read := func() view {
+		b, err := os.ReadFile("/proc/thread-self/status")
+		if err != nil {
+			return view{uid: err.Error()}
+		}
+		var v view
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			switch f[0] {
+			case "Uid:":
+				v.uid = strings.Join(f[1:], " ")
+			case "Gid:":
+				v.gid = strings.Join(f[1:], " ")
+			case "CapEff:":
+				v.capEff = f[1]
+			case "CapPrm:":
+				v.capPrm = f[1]
+			}
+		}
+		return v
+	}
+	got := make(chan [2]view, 1)
+	errs := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is discarded
+		if err := becomeOwner(testIDBase, testIDBase); err != nil {
+			errs <- err
+			return
+		}
+		owner := read()
+		if err := becomeRoot(); err != nil {
+			errs <- err
+			return
+		}
+		got <- [2]view{owner, read()}
+	}()
+	var v [2]view
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	case v = <-got:
+	}
+	b := fmt.Sprint(testIDBase)
+	if want := "0 " + b + " 0 " + b; v[0].uid != want || v[0].gid != want || v[0].capEff != v[0].capPrm {
+		t.Errorf("as the owner: %+v, want uids and gids %q and every permitted capability effective", v[0], want)
+	}
+	if v[1].uid != "0 0 0 0" || v[1].gid != "0 0 0 0" || v[1].capEff != v[1].capPrm {
+		t.Errorf("set back: %+v, want root with its capabilities", v[1])
+	}
 }
