@@ -185,6 +185,7 @@ wait`
 	if st := state(t, ra.WorkloadPid); st == "T" {
 		t.Errorf("ra's workload was stopped by uid 100000 (state %s)", st)
 	}
+	t.Logf("kill -STOP %d as host uid 100000: %v: %s", ra.WorkloadPid, err, strings.TrimSpace(out))
 	if out, err := signalAs(t, hostRange(t, ra).Base, "0", ra.WorkloadPid); err != nil {
 		t.Errorf("kill -0 as ra's own base uid (the control): %v %s", err, out)
 	}
