@@ -599,6 +599,11 @@ func TestUnprivileged(t *testing.T) {
 	if !r.Status.Success() || !r.HaveSockets || r.ExecOut != "1000 host-pid" {
 		t.Fatalf("helper report %+v", r)
 	}
+	// Init (uid 1000 inside) set its namespace's inotify limit: no
+	// sandbox takes more than half of the gateway user's share.
+	if got, want := readWS(t, Spec{Workspace: ws}, "inotify"), fmt.Sprint(hostInotifyShare().Instances); got != want || len(r.Warnings) != 0 {
+		t.Errorf("inotify instances inside %q (warnings %q), want %s", got, r.Warnings, want)
+	}
 	spec := Spec{Workspace: ws}
 	for file, want := range map[string]string{"uid": "1000", "gid": "1000", "capeff": "CapEff:\t0000000000000000"} {
 		if got := readWS(t, spec, file); got != want {
