@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/store"
 )
 
@@ -14,6 +15,11 @@ type Launch struct {
 	Instance string
 	// Spec is the sandbox as created (name, uid, policy, argv, limits).
 	Spec store.Spec
+	// HostIDs is the sandbox's host uid/gid range (nil: an unprivileged
+	// gateway, which maps only its own ids); ShiftIDs are ranges its
+	// workspace's files are moved out of first (store.Record).
+	HostIDs  *idrange.Range
+	ShiftIDs []idrange.Range
 }
 
 // Driver starts and finds a sandbox's supervisor, and removes its files.

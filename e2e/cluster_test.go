@@ -214,7 +214,8 @@ func envInt(name string, def int) int {
 
 // TestClusterFailover: 3 nodes; SIGKILL the node owning most sandboxes:
 // every sandbox is driven by one survivor and Ready again within 5 s,
-// with the same workload pids and its workspace intact, while an exec
+// with the same workload pids, its own host ids (none shared) and its
+// workspace intact, while an exec
 // through a survivor finishes with its own status. The killed node then
 // rejoins and the next trial kills the node owning most again.
 // STOCKADE_E2E_CLUSTER_SANDBOXES (default 30) and
@@ -262,11 +263,19 @@ func TestClusterFailover(t *testing.T) {
 		t.Logf("trial %d: killed %s (owned %d of %d); all Ready under survivors after %s (seen by the test's list after %s)",
 			trial+1, victim.name, count[victim.name], n, d.Round(10*time.Millisecond), seen.Round(10*time.Millisecond))
 		owners := c.driven()
+		ranges := map[string]string{} // hostIds -> sandbox: nodes of one host never give one range twice
 		for name, s := range sbs {
 			a := after[name]
 			if a.WorkloadPid != s.WorkloadPid {
 				t.Errorf("%s: workload pid %d before the kill, %d after (restarted)", name, s.WorkloadPid, a.WorkloadPid)
 			}
+			if a.HostIDs == "" || a.HostIDs != s.HostIDs {
+				t.Errorf("%s: host ids %q before the kill, %q after", name, s.HostIDs, a.HostIDs)
+			}
+			if other, ok := ranges[a.HostIDs]; ok {
+				t.Errorf("%s and %s share host ids %s", name, other, a.HostIDs)
+			}
+			ranges[a.HostIDs] = name
 			if owners[name] == "" || owners[name] == victim.name {
 				t.Errorf("%s: driven by %q after the kill", name, owners[name])
 			}

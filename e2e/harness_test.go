@@ -190,6 +190,7 @@ type status struct {
 	Message          string           `json:"message"`
 	RecoveryAttempts int              `json:"recoveryAttempts"`
 	Workspace        string           `json:"workspace"`
+	HostIDs          string           `json:"hostIds"`
 	SupervisorPid    int              `json:"supervisorPid"`
 	WorkloadPid      int              `json:"workloadPid"`
 	Restarts         map[string]int64 `json:"restarts"`

@@ -996,6 +996,7 @@ type SandboxStatus struct {
 	Resources        *Resources             `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
 	Uid              string                 `protobuf:"bytes,15,opt,name=uid,proto3" json:"uid,omitempty"`                              // this creation of the sandbox (its logs are its own)
 	Node             string                 `protobuf:"bytes,16,opt,name=node,proto3" json:"node,omitempty"`                            // cluster: the node that owns (drives) it; empty on a single node or with no owner
+	HostIds          string                 `protobuf:"bytes,17,opt,name=host_ids,json=hostIds,proto3" json:"host_ids,omitempty"`       // as root: the sandbox's own host uid/gid range, FIRST-LAST (65,536 ids); empty unprivileged
 	CreatedBy        string                 `protobuf:"bytes,18,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"` // who created it ("client:NAME"); empty for a sandbox created before this was recorded
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -1139,6 +1140,13 @@ func (x *SandboxStatus) GetUid() string {
 func (x *SandboxStatus) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *SandboxStatus) GetHostIds() string {
+	if x != nil {
+		return x.HostIds
 	}
 	return ""
 }
@@ -2436,7 +2444,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\n" +
 	"at_unix_ms\x18\x04 \x01(\x03R\batUnixMs\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x0e\n" +
-	"\x02by\x18\x06 \x01(\tR\x02by\"\xb1\x05\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\"\xcc\x05\n" +
 	"\rSandboxStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x16\n" +
@@ -2454,7 +2462,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtransitions\x18\r \x03(\v2\x17.stockade.v1.TransitionR\vtransitions\x124\n" +
 	"\tresources\x18\x0e \x01(\v2\x16.stockade.v1.ResourcesR\tresources\x12\x10\n" +
 	"\x03uid\x18\x0f \x01(\tR\x03uid\x12\x12\n" +
-	"\x04node\x18\x10 \x01(\tR\x04node\x12\x1d\n" +
+	"\x04node\x18\x10 \x01(\tR\x04node\x12\x19\n" +
+	"\bhost_ids\x18\x11 \x01(\tR\ahostIds\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\x12 \x01(\tR\tcreatedBy\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +

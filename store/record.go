@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/actors/sandbox/lifecycle"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 )
 
 // SchemaVersion is the version of Record written by this build. A record
@@ -142,6 +143,16 @@ type Record struct {
 	// and supervisor live there, and only a node of that host drives it
 	// (cluster mode; empty on a single node).
 	Host string `json:"host,omitempty"`
+	// HostIDs is the sandbox's own host uid/gid range (package idrange)
+	// when its gateway runs as root: given at create, or at the first
+	// start of a record of an earlier version (which had none); nil
+	// otherwise. Untrusted on read: only a range of the gateway's pool is
+	// ever mapped.
+	HostIDs *idrange.Range `json:"hostIds,omitempty"`
+	// ShiftIDs are ranges the workspace's files may still be owned by
+	// (the range of earlier versions, or an earlier range): the next start
+	// moves them into HostIDs, and that instance's Hello clears them.
+	ShiftIDs []idrange.Range `json:"shiftIds,omitempty"`
 }
 
 // Name returns the sandbox's name.

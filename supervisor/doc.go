@@ -5,8 +5,12 @@
 //	├── boundary (actors/boundary)   proxy, dns, conn/N, query/N on the sandbox's listeners
 //	└── session                      Hello, heartbeats, WorkloadExited to the gateway
 //
-// It creates the sandbox's namespaces and workload through sandbox/nsrun,
-// serves the boundary on the listeners nsrun hands out (identity resolves
+// As root it first holds its sandbox's host id range (sandbox/idrange:
+// the spec must name one; another sandbox's claim on it fails the start,
+// naming that sandbox) and moves the workspace's files out of earlier
+// ranges (ids.go). It creates the sandbox's namespaces and workload
+// through sandbox/nsrun, serves the boundary on the listeners nsrun hands
+// out (identity resolves
 // among the sandbox's own processes through the sock_diag socket made in
 // its network namespace), and keeps a session with the gateway: a lost
 // gateway does not stop the workload; the session says Hello again until a

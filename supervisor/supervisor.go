@@ -113,6 +113,11 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 		return err
 	}
 	defer lock.Close()
+	ids, err := holdHostIDs(sp, dir, log)
+	if err != nil {
+		return err
+	}
+	defer ids.close()
 
 	faults := fault.NewSet() // armed at run time by FaultRequest (tests, chaos)
 	engine := policy.NewEngine(policy.WithLogger(log), policy.WithFaults(faults))
@@ -152,7 +157,8 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 		Stdout: stdout, Stderr: stderr, Logger: log,
 		// The gateway's state dir (client token, other sandboxes) is never
 		// visible inside, whatever the policy lists.
-		Hidden: []string{filepath.Dir(filepath.Dir(dir))},
+		Hidden:     []string{filepath.Dir(filepath.Dir(dir))},
+		HostIDBase: ids.r.Base, HostIDCount: ids.r.Size,
 	}
 	if fs := pol.Filesystem; fs != nil {
 		ns.Filesystem = nsrun.Filesystem{ReadOnly: fs.ReadOnly, ReadWrite: fs.ReadWrite, IncludeWorkdir: fs.IncludeWorkdir}

@@ -31,6 +31,7 @@ import (
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/transport"
@@ -95,6 +96,15 @@ type Config struct {
 	// ClusterStats receives the cluster node's counters (default: fresh
 	// ones); the caller may export them as metrics.
 	ClusterStats *cluster.Stats
+	// IDPool is where a root gateway takes each sandbox's own host
+	// uid/gid range (zero: idrange.DefaultPool); it must stay clear of
+	// the ranges and ids of IDHostFiles (zero: idrange.DefaultHostFiles)
+	// or the gateway does not start. IDClaims is the host-wide claim
+	// directory (empty: idrange.DefaultClaimDir). An unprivileged gateway
+	// maps only its own ids and refuses an IDPool.
+	IDPool      idrange.Range
+	IDHostFiles idrange.HostFiles
+	IDClaims    string
 }
 
 // Served is what a ready gateway serves: its API and relay addresses and
@@ -125,6 +135,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("gateway: state dir %s: %w", cfg.StateDir, err)
+	}
+	ids, err := idAllocator(cfg)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	if cfg.Node == "" {
 		cfg.Node = "local"
@@ -254,7 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return spec.Credentials{CA: caPEM, Cert: string(certPEM), Key: string(keyPEM)}, err
 		},
 		Hosts: cfg.Hosts, DNSUpstream: cfg.DNSUpstream, AllowLoopback: cfg.AllowLoopback, MaxConns: cfg.MaxConns, Unconfined: cfg.Unconfined,
-		Defaults: sandbox.DefaultLimits()}
+		Defaults: sandbox.DefaultLimits(), IDClaims: cfg.IDClaims}
 	if cfg.Faults != nil { // a nil *fault.Set in the interface would not be nil
 		pcfg.Faults = cfg.Faults
 	}
@@ -265,7 +279,7 @@ func Run(ctx context.Context, cfg Config) error {
 		view, pcfg.Gateways, gateways = cv, cv.Gateways, cv.Gateways()
 	}
 	env := &sandbox.Env{Cluster: view, Gateway: addr, Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
-		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters, Clients: pk, Self: pk.self,
+		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters, Clients: pk, Self: pk.self, IDs: ids,
 		RelayAddr: relayAddr, RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
 	// The API actor (clients) and the hello actor (supervisors) are the
@@ -585,4 +599,40 @@ func (h *helloActor) Receive(ctx actor.Context) {
 		return
 	}
 	ctx.Forward(h.sandboxes)
+}
+
+// idAllocator is the allocator of the sandboxes' host id ranges of a root
+// gateway: its pool checked (idrange.CheckPool) and clear of the host's
+// subordinate ranges and user and group ids (idrange.CheckHost), or the
+// gateway does not start. Unprivileged: nil (each sandbox maps only the
+// gateway's own uid and gid), and a pool is refused.
+func idAllocator(cfg Config) (*idrange.Allocator, error) {
+	if os.Geteuid() != 0 {
+		if cfg.IDPool != (idrange.Range{}) {
+			return nil, fmt.Errorf("--uid-pool %s: only a gateway running as root gives sandboxes host id ranges; unprivileged, each sandbox maps only the gateway's own uid and gid (drop the flag)", cfg.IDPool)
+		}
+		return nil, nil
+	}
+	pool, files, claims := cfg.IDPool, cfg.IDHostFiles, cfg.IDClaims
+	if pool == (idrange.Range{}) {
+		pool = idrange.DefaultPool()
+	}
+	if files == (idrange.HostFiles{}) {
+		files = idrange.DefaultHostFiles()
+	}
+	if claims == "" {
+		claims = idrange.DefaultClaimDir()
+	}
+	if err := idrange.CheckPool(pool); err != nil {
+		return nil, err
+	}
+	if err := idrange.CheckHost(pool, files); err != nil {
+		return nil, err
+	}
+	a, err := idrange.NewAllocator(pool, idrange.NewClaims(claims))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log.Info().Str("uid_pool", pool.String()).Str("claims", claims).Msg("each sandbox gets its own host uid/gid range of this pool")
+	return a, nil
 }

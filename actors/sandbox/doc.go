@@ -14,6 +14,11 @@
 // is armed on the Clock (protoactor's backoff strategy is not used:
 // recovery backoff is the machine's).
 //
+// As root (Env.IDs), each sandbox gets its own host uid/gid range where
+// its record is made, kept in the record; a record without one (an
+// earlier version's) or with one outside the pool gets one at its next
+// start (ids.go).
+//
 // Seams (seams.go): the Store (records with a revision; every write is
 // conditional on the revision read, so a stale actor cannot overwrite a
 // newer record), the driver.Driver (supervisor processes and files), the

@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-dev/stockade/driver"
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/store"
 	"github.com/stockade-dev/stockade/trust"
 )
@@ -52,6 +53,9 @@ type Env struct {
 	// Self is this gateway node ("gateway:NODE"; zero: gateway:local):
 	// the transitions it makes itself are recorded as its.
 	Self trust.Identity
+	// IDs gives each sandbox its host uid/gid range (ids.go); nil when
+	// the gateway is unprivileged (each sandbox maps only its uid).
+	IDs *idrange.Allocator
 }
 
 // CheckName validates a sandbox name (contract.CheckName: a DNS label, so

@@ -59,6 +59,18 @@ func (a *sandboxActor) previousStopped(ctx actor.Context, m *previousStopped) {
 
 // launch starts a supervisor for a new instance (bounded by startTimeout).
 func (a *sandboxActor) launch(ctx actor.Context) {
+	// A record of an earlier version (no range) or with a range outside
+	// the pool gets one now, written before any supervisor runs as it.
+	changed, err := a.assignIDs(&a.rec, false)
+	if err == nil && changed && a.env.Cluster == nil {
+		err = a.persistErr() // a cluster's launch writes the record below
+	}
+	if err != nil {
+		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("no host id range; supervisor not started")
+		a.conflicted(err)
+		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}, a.self()) })
+		return
+	}
 	inst := newInstance()
 	a.rec.InstanceID, a.rec.SupervisorPID, a.rec.WorkloadPID = inst, 0, 0
 	a.sessionSeen = false
@@ -76,7 +88,8 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 		}
 	}
 	sctx, cancel := bounded(startTimeout)
-	p, err := a.env.Driver.Start(sctx, driver.Launch{Instance: inst, Spec: a.rec.Spec})
+	hostIDs, shiftIDs := a.launchIDs()
+	p, err := a.env.Driver.Start(sctx, driver.Launch{Instance: inst, Spec: a.rec.Spec, HostIDs: hostIDs, ShiftIDs: shiftIDs})
 	cancel()
 	if err != nil {
 		a.persist(ctx)
@@ -224,5 +237,6 @@ func (a *sandboxActor) deleteRecord(ctx actor.Context) {
 		a.env.Clock.AfterFunc(a.recordRetry, func() { sys.Root.Send(self, &retryRecordDelete{}) })
 		return
 	}
+	a.releaseIDs()
 	a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.DeleteDone{}, a.self()) })
 }

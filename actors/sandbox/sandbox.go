@@ -181,9 +181,13 @@ func (a *sandboxActor) start(ctx actor.Context) {
 			err = a.createWorkspace()
 		}
 		if err == nil {
+			_, err = a.assignIDs(&a.rec, true)
+		}
+		if err == nil {
 			err = a.persistErr()
 		}
 		if err != nil {
+			a.releaseIDs()
 			ctx.Send(a.init.respondTo, errdefs.Reply(err))
 			a.vanish(ctx)
 			return
@@ -210,6 +214,7 @@ func (a *sandboxActor) start(ctx actor.Context) {
 	}
 	a.rec = rec
 	a.openAudit()
+	a.registerIDs()
 	alive := false
 	if rec.SupervisorPID > 0 {
 		actx, cancel := bounded(startTimeout)
@@ -541,6 +546,7 @@ func (a *sandboxActor) hello(ctx actor.Context, h *messages.Hello) {
 	a.session, a.sessionSeen, a.sessionAt = pid, true, a.env.Clock.Now()
 	a.rec.SupervisorPID, a.rec.WorkloadPID = int(h.SupervisorPid), int(h.WorkloadPid)
 	a.rec.SupervisorAddr = h.Supervisor.GetAddress()
+	a.rec.ShiftIDs = nil // this instance's supervisor moved them before it started the sandbox
 	if a.sup == nil {
 		actx, cancel := bounded(startTimeout)
 		p, err := a.env.Driver.Adopt(actx, a.name, int(h.SupervisorPid))

@@ -147,6 +147,9 @@ func recordStatus(r store.Record) *messages.SandboxStatus {
 	st := &messages.SandboxStatus{Name: r.Spec.Name, Phase: s.Phase.String(), Reason: reasonText(s.Reason), Message: s.Message,
 		SinceUnixMs: s.Since.UnixMilli(), RecoveryAttempts: int32(s.RecoveryAttempts), PolicyVersion: r.Spec.PolicyVersion,
 		SupervisorPid: int32(r.SupervisorPID), WorkloadPid: int32(r.WorkloadPID), Uid: r.Spec.UID, CreatedBy: r.Spec.CreatedBy}
+	if r.HostIDs != nil {
+		st.HostIds = r.HostIDs.String()
+	}
 	if !s.NextRetry.IsZero() {
 		st.NextRetryUnixMs = s.NextRetry.UnixMilli()
 	}

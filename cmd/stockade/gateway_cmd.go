@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -27,7 +29,7 @@ func newGatewayCmd() *cobra.Command {
 	var cfg gateway.Config
 	var faultRules []string
 	var chaos bool
-	var metricsAddr, readyFile, etcd string
+	var metricsAddr, readyFile, etcd, uidPool string
 	var etcdTLS etcdTLSFiles
 	run := &cobra.Command{
 		Use:   "run",
@@ -43,6 +45,11 @@ start in <state-dir>/pki (keys 0600; the gateway refuses to start when a key
 is readable by others). It writes <state-dir>/client.config for the local
 operator (an admin client); other users and hosts get theirs, with a role,
 from 'stockade client issue'.
+
+As root, each sandbox runs as its own range of 65,536 host uids and gids
+from --uid-pool (kept in its record across restarts); the gateway refuses a
+pool that overlaps /etc/subuid, /etc/subgid or a user's or group's id.
+Unprivileged, a sandbox maps only the gateway's own uid and gid.
 
 A cluster: --etcd URL[,URL] --node NAME joins the nodes that share that etcd.
 State, membership and ownership live in etcd; each sandbox is driven by one
@@ -72,6 +79,16 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 					return &exitError{exitUsage, err}
 				}
 				cfg.EtcdTLS = tc
+			}
+			if cmd.Flags().Changed("uid-pool") {
+				p, err := idrange.Parse(uidPool)
+				if err == nil {
+					err = idrange.CheckPool(p)
+				}
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--uid-pool: %w", err)}
+				}
+				cfg.IDPool = p
 			}
 			if chaos || len(faultRules) > 0 {
 				cfg.Faults = fault.NewSet()
@@ -136,6 +153,7 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 	f.StringVar(&etcdTLS.key, "etcd-key", "", "cluster: the key of --etcd-cert (mode 0600)")
 	f.BoolVar(&etcdTLS.insecure, "etcd-insecure", false, "cluster: accept http:// etcd endpoints (anyone who reaches etcd can rewrite every sandbox; tests and an etcd only you can reach)")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "", "cluster: the prefix of every key (default /stockade/; several clusters on one etcd)")
+	f.StringVar(&uidPool, "uid-pool", idrange.DefaultPool().String(), "as root: the host uids/gids FIRST-LAST each sandbox's own range of 65,536 is taken from (on 65,536 boundaries, below 2^31, clear of /etc/subuid, /etc/subgid and every user's and group's id)")
 	f.StringVar(&readyFile, "ready-file", "", "once serving, write this file (JSON: api, relay, metrics, state_dir, pid); removed when the gateway stops")
 	// Test and chaos knobs: hidden, documented in ARCHITECTURE.md.
 	f.StringArrayVar(&faultRules, "fault", nil, "arm a gateway fault POINT=KIND[:COUNT][@SKIP] (store.write, store.committed, supervisor.start)")

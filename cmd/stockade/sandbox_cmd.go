@@ -331,6 +331,7 @@ type statusView struct {
 	NextRetry        string           `json:"nextRetry,omitempty" yaml:"nextRetry,omitempty"`
 	PolicyVersion    uint64           `json:"policyVersion" yaml:"policyVersion"`
 	Workspace        string           `json:"workspace,omitempty" yaml:"workspace,omitempty"`
+	HostIDs          string           `json:"hostIds,omitempty" yaml:"hostIds,omitempty"` // as root: its host uid/gid range
 	SupervisorPid    int32            `json:"supervisorPid,omitempty" yaml:"supervisorPid,omitempty"`
 	WorkloadPid      int32            `json:"workloadPid,omitempty" yaml:"workloadPid,omitempty"`
 	Restarts         map[string]int64 `json:"restarts" yaml:"restarts"`
@@ -373,7 +374,7 @@ type transitionView struct {
 func viewOf(s *messages.SandboxStatus) statusView {
 	v := statusView{Name: s.Name, UID: s.Uid, Node: s.Node, CreatedBy: s.CreatedBy, Phase: s.Phase, Reason: s.Reason, Message: s.Message, Since: msTime(s.SinceUnixMs),
 		RecoveryAttempts: s.RecoveryAttempts, NextRetry: msTime(s.NextRetryUnixMs), PolicyVersion: s.PolicyVersion,
-		Workspace: s.Workspace, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
+		Workspace: s.Workspace, HostIDs: s.HostIds, SupervisorPid: s.SupervisorPid, WorkloadPid: s.WorkloadPid, Restarts: s.Restarts,
 		Transitions: []transitionView{}}
 	if v.Restarts == nil {
 		v.Restarts = map[string]int64{}
@@ -427,9 +428,9 @@ func statusTable(tw *tabwriter.Writer, v statusView, now time.Time) {
 			since = v.Since + " (" + age(t, now) + " ago)"
 		}
 	}
-	fmt.Fprintf(tw, "name\t%s\nuid\t%s\ncreated by\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nsupervisor pid\t%s\nworkload pid\t%s\n",
+	fmt.Fprintf(tw, "name\t%s\nuid\t%s\ncreated by\t%s\nphase\t%s\nreason\t%s\nmessage\t%s\nsince\t%s\nrecovery attempts\t%d\nnext retry\t%s\npolicy version\t%d\nworkspace\t%s\nhost ids\t%s\nsupervisor pid\t%s\nworkload pid\t%s\n",
 		v.Name, dash(v.UID), dash(v.CreatedBy), v.Phase, dash(v.Reason), dash(v.Message), since, v.RecoveryAttempts, dash(v.NextRetry), v.PolicyVersion,
-		dash(v.Workspace), pidText(v.SupervisorPid), pidText(v.WorkloadPid))
+		dash(v.Workspace), dash(v.HostIDs), pidText(v.SupervisorPid), pidText(v.WorkloadPid))
 	fmt.Fprintf(tw, "restarts\t%s\n", countsText(v.Restarts))
 	if r := v.Resources; r != nil {
 		limits := fmt.Sprintf("pids %s, memory %s, cpus %s, io %s", orNone(r.PidsLimit, strconv.FormatInt(r.PidsLimit, 10)),

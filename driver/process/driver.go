@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
 	"github.com/stockade-dev/stockade/sandbox/cgroup"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	Unconfined bool
 	// Faults is the fault seam (point fault.SupervisorStart); nil: none.
 	Faults fault.Injector
+	// IDClaims is the host's uid range claim directory (idrange), handed
+	// to each supervisor; empty: idrange.DefaultClaimDir.
+	IDClaims string
 }
 
 // Driver starts supervisors as local processes (driver.Driver).
@@ -164,6 +168,10 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 		Workspace: ws, LogDir: logs, AuditFile: filepath.Join(logs, contract.AuditLog),
 		Hosts: c.Hosts, DNSUpstream: c.DNSUpstream, AllowLoopback: c.AllowLoopback, MaxConns: c.MaxConns,
 		Limits: specLimits(l.Spec.Limits.Or(c.Defaults)), Unconfined: c.Unconfined,
+		HostIDs: l.HostIDs, ShiftIDs: l.ShiftIDs, IDClaims: c.IDClaims,
+	}
+	if s.IDClaims == "" {
+		s.IDClaims = idrange.DefaultClaimDir()
 	}
 	if c.Gateways != nil {
 		s.Gateways = gatewayList(c.Gateway, c.Gateways())

@@ -35,7 +35,7 @@ func TestMergeBaseline(t *testing.T) {
 }
 
 func TestPrepareBaseline(t *testing.T) {
-	s := Spec{Argv: []string{"/bin/sh"}, Workspace: t.TempDir(), ProxyLoopback: []string{"localhost"},
+	s := Spec{Argv: []string{"/bin/sh"}, Workspace: t.TempDir(), ProxyLoopback: []string{"localhost"}, HostIDBase: testIDBase,
 		Filesystem: Filesystem{BaselineReadOnly: []string{"/usr"}, BaselineReadWrite: []string{"/tmp"}}}
 	cfg, _, err := s.prepare()
 	if err != nil {

@@ -10,9 +10,13 @@
 //   - Parent (the supervisor): Start re-execs the binary (through
 //     /proc/self/fd, so a mapped uid needs no access to its directory) as the
 //     init stage in new user, pid, network, mount, UTS and IPC namespaces.
-//     As root the sandbox's ids 0..HostIDCount-1 map to the host range from
-//     HostIDBase (default 100000) and the workspace directory is chowned to
-//     the sandbox user and handed over as a detached mount (open_tree);
+//     As root the sandbox's ids 0..HostIDCount-1 map to its own host range
+//     from HostIDBase (required; package idrange allocates them), the
+//     clone runs on a thread whose effective uid and gid are HostIDBase,
+//     so the user namespace is owned by the sandbox's uid and the kernel
+//     charges the sandbox's per-user counts (inotify, namespaces) there,
+//     not to host root (userns.go), and the workspace directory is chowned
+//     to the sandbox user and handed over as a detached mount (open_tree);
 //     unprivileged, only RunAsUser/RunAsGroup map, to the caller's own
 //     uid/gid (setgroups denied). Host root is never mapped. As root, before
 //     it sends init the config (init starts nothing before that), it makes
@@ -21,7 +25,9 @@
 //     then the net package's listener with keep-alive off; a listener
 //     adopted from a descriptor would turn keep-alive on for every
 //     accepted connection, four system calls per tunnel.
-//   - Init (pid 1 of the sandbox): brings lo up with one RTM_NEWLINK, creates
+//   - Init (pid 1 of the sandbox): sets its user namespace's per-uid
+//     inotify limits (user.max_inotify_instances and _watches) to half a
+//     host user's, brings lo up with one RTM_NEWLINK, creates
 //     the proxy listener (127.0.0.1:3128) unless the parent made it, the
 //     DNS UDP socket and TCP listener (127.0.0.1:53) and a
 //     NETLINK_SOCK_DIAG socket inside the sandbox's network namespace. It
@@ -93,7 +99,7 @@
 // from TestMain.
 //
 // RunAsUser defaults to 0: root of the sandbox's user namespace, which is an
-// unprivileged uid on the host (100000 as root), without the capabilities that
+// unprivileged uid on the host (HostIDBase as root), without the capabilities that
 // could undo the sandbox (and Landlock forbids mount changes). A policy's
 // run_as_user is resolved to a number by the caller.
 //

@@ -52,6 +52,7 @@ func supervisorHelper() int {
 		Argv: []string{"/bin/bash", "-c",
 			"(setpriv --pdeathsig clear -- sleep 1000 &); exec sleep 999"},
 		Workspace:  os.Getenv(helperWorkspace),
+		HostIDBase: testIDBase,
 		Filesystem: Filesystem{ReadOnly: baseReadOnly()},
 	})
 	if err != nil {
@@ -87,7 +88,7 @@ func unprivilegedHelper() int {
 	}
 	sb, err := Start(ctx, Spec{
 		Argv: []string{"/bin/bash", "-c",
-			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; : > /sandbox/made; exec cat"},
+			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; cat /proc/sys/user/max_inotify_instances > /sandbox/inotify; : > /sandbox/made; exec cat"},
 		Workspace:  os.Getenv(helperWorkspace),
 		RunAsUser:  1000,
 		RunAsGroup: 1000,

@@ -96,6 +96,7 @@ func (st *initState) setUp() error {
 		return fmt.Errorf("init: first message is %s, want config", m.Kind)
 	}
 	st.cfg = m.Config
+	limitWarnings := setInotifyLimits(st.cfg.Inotify)
 	tree := -1
 	if len(in) > 0 {
 		tree = in[0]
@@ -122,7 +123,7 @@ func (st *initState) setUp() error {
 	return st.reportStarted(c, message{
 		Kind:        msgStarted,
 		Pid:         c.pid,
-		Warnings:    append(warnings, ready.Warnings...),
+		Warnings:    append(append(limitWarnings, warnings...), ready.Warnings...),
 		LandlockABI: ready.LandlockABI,
 	}, fds...)
 }

@@ -57,13 +57,19 @@ func needSandbox(t *testing.T) {
 	testenv.NeedTool(t, "bash", "bash")
 }
 
+// testIDBase is the host id range of the tests' sandboxes as root: the
+// unused 65,536 ids below 2^31, outside the default uid pool (package
+// idrange), so no gateway's sandbox has them.
+const testIDBase = 0x7FFF0000
+
 // bashSpec is a sandbox running script under bash with the workspace
 // read-write and the system read-only.
 func bashSpec(t *testing.T, script string) Spec {
 	t.Helper()
 	return Spec{
-		Argv:      []string{"/bin/bash", "-c", script},
-		Workspace: t.TempDir(),
+		Argv:       []string{"/bin/bash", "-c", script},
+		Workspace:  t.TempDir(),
+		HostIDBase: testIDBase,
 		Filesystem: Filesystem{
 			ReadOnly:  baseReadOnly(),
 			ReadWrite: []string{WorkspaceMount},

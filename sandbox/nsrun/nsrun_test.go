@@ -43,8 +43,8 @@ func TestExitStatusAndWorkspace(t *testing.T) {
 			if err := syscall.Stat(filepath.Join(spec.Workspace, "out"), &st); err != nil {
 				t.Fatal(err)
 			}
-			if st.Uid != DefaultHostIDBase || st.Gid != DefaultHostIDBase {
-				t.Fatalf("workspace file owned by %d:%d on the host, want the mapped %d:%d", st.Uid, st.Gid, DefaultHostIDBase, DefaultHostIDBase)
+			if st.Uid != testIDBase || st.Gid != testIDBase {
+				t.Fatalf("workspace file owned by %d:%d on the host, want the mapped %d:%d", st.Uid, st.Gid, testIDBase, testIDBase)
 			}
 		})
 	}
@@ -271,7 +271,7 @@ func TestCredentials(t *testing.T) {
 				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 				return exe == "/usr/bin/cat"
 			}, "workload pid %d never became cat", pid)
-			hu, hg := DefaultHostIDBase+tc.uid, DefaultHostIDBase+tc.gid
+			hu, hg := testIDBase+tc.uid, testIDBase+tc.gid
 			if got, want := procStatus(t, pid, "Uid"), strings.Repeat(fmt.Sprint(hu)+" ", 4); got+" " != want {
 				t.Errorf("host Uid line %q, want %q", got, want)
 			}
@@ -404,7 +404,7 @@ func TestStartFailures(t *testing.T) {
 			"read_only /nsrun-no-such-path: open: no such file or directory (hard_requirement): the path does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Start(context.Background(), Spec{Argv: tc.argv, Workdir: tc.workdir, Workspace: t.TempDir(), Filesystem: tc.fs})
+			_, err := Start(context.Background(), Spec{Argv: tc.argv, Workdir: tc.workdir, Workspace: t.TempDir(), Filesystem: tc.fs, HostIDBase: testIDBase})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start error %v, want %q", err, tc.want)
 			}
@@ -423,7 +423,7 @@ func TestStartFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo ok; echo x > /tmp/w && cat /tmp/w"}, Workspace: t.TempDir(), Stdout: f,
+		sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo ok; echo x > /tmp/w && cat /tmp/w"}, Workspace: t.TempDir(), Stdout: f, HostIDBase: testIDBase,
 			Filesystem: Filesystem{Mode: HardRequirement,
 				BaselineReadOnly:  []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/nsrun-missing-baseline"},
 				BaselineReadWrite: []string{"/tmp", WorkspaceMount}}})
@@ -599,6 +599,11 @@ func TestUnprivileged(t *testing.T) {
 	if !r.Status.Success() || !r.HaveSockets || r.ExecOut != "1000 host-pid" {
 		t.Fatalf("helper report %+v", r)
 	}
+	// Init (uid 1000 inside) set its namespace's inotify limit: no
+	// sandbox takes more than half of the gateway user's share.
+	if got, want := readWS(t, Spec{Workspace: ws}, "inotify"), fmt.Sprint(hostInotifyShare().Instances); got != want || len(r.Warnings) != 0 {
+		t.Errorf("inotify instances inside %q (warnings %q), want %s", got, r.Warnings, want)
+	}
 	spec := Spec{Workspace: ws}
 	for file, want := range map[string]string{"uid": "1000", "gid": "1000", "capeff": "CapEff:\t0000000000000000"} {
 		if got := readWS(t, spec, file); got != want {
@@ -656,7 +661,7 @@ func BenchmarkPids(b *testing.B) {
 	ws := b.TempDir()
 	stdin, w, _ := os.Pipe()
 	defer w.Close()
-	sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/cat"}, Workspace: ws, Stdin: stdin,
+	sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/cat"}, Workspace: ws, Stdin: stdin, HostIDBase: testIDBase,
 		Filesystem: Filesystem{ReadOnly: baseReadOnly()}})
 	stdin.Close()
 	if err != nil {
@@ -677,7 +682,7 @@ func BenchmarkProcRootList(b *testing.B) {
 	ws := b.TempDir()
 	stdin, w, _ := os.Pipe()
 	defer w.Close()
-	sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/cat"}, Workspace: ws, Stdin: stdin,
+	sb, err := Start(context.Background(), Spec{Argv: []string{"/bin/cat"}, Workspace: ws, Stdin: stdin, HostIDBase: testIDBase,
 		Filesystem: Filesystem{ReadOnly: baseReadOnly()}})
 	stdin.Close()
 	if err != nil {

@@ -139,7 +139,11 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		ExtraFiles:  []*os.File{child, exe}, // fdChannel, fdExe
 		SysProcAttr: sysProcAttr(ids),
 	}
-	err = cmd.Start()
+	if ids.root {
+		err = startAsOwner(cmd, ids.base, ids.base)
+	} else {
+		err = cmd.Start()
+	}
 	child.Close()
 	if err != nil {
 		conn.Close()
@@ -223,10 +227,11 @@ func sysProcAttr(ids idMapping) *syscall.SysProcAttr {
 	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: int(ids.insideGID), HostID: ids.callerGID, Size: 1}}
 	a.Credential = &syscall.Credential{Uid: ids.insideUID, Gid: ids.insideGID, NoSetGroups: true}
 	if ids.needAmbientCaps {
-		// Init is not uid 0 inside, yet must mount, configure lo and bind
-		// port 53, and the exec stage must trim the bounding set; the exec
-		// stage clears these before the workload runs.
-		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP}
+		// Init is not uid 0 inside, yet must mount, configure lo, bind
+		// port 53 and set its namespace's inotify limits, and the exec
+		// stage must trim the bounding set; the exec stage clears these
+		// before the workload runs.
+		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_SYS_RESOURCE}
 	}
 	return a
 }

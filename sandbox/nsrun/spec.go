@@ -23,7 +23,6 @@ const (
 
 // Defaults of Spec.
 const (
-	DefaultHostIDBase  = 100000
 	DefaultHostIDCount = 65536
 	DefaultWorkdir     = "/sandbox"
 	DefaultHostname    = "sandbox"
@@ -107,8 +106,10 @@ type Spec struct {
 	// HostIDCount.
 	RunAsUser, RunAsGroup uint32
 	// HostIDBase and HostIDCount give the host id range the sandbox's ids
-	// map to when Start runs as root (default 100000 and 65536). Ignored
-	// when unprivileged.
+	// map to when Start runs as root: the sandbox's own (package idrange),
+	// above the host's 16-bit ids; HostIDBase is required, HostIDCount
+	// defaults to 65536. The user namespace is created with HostIDBase as
+	// its owner (userns.go). Ignored when unprivileged.
 	HostIDBase, HostIDCount uint32
 	// Filesystem is the Landlock policy.
 	Filesystem Filesystem
@@ -167,6 +168,9 @@ type stageConfig struct {
 	ResolvConf        string   `json:"resolv_conf"`
 	TmpfsBytes        int64    `json:"tmpfs_bytes,omitempty"`
 	NoSeccomp         bool     `json:"no_seccomp,omitempty"`
+	// Inotify are the per-uid inotify limits init sets in the sandbox's
+	// user namespace (userns.go).
+	Inotify inotifyLimits `json:"inotify,omitzero"`
 	// ParentProxy: the parent made the proxy listener in init's network
 	// namespace (proxyListenerIn); init makes and passes the other three.
 	ParentProxy bool `json:"parent_proxy,omitempty"`
@@ -233,9 +237,13 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 		}
 	}
 	m := idMapping{root: os.Geteuid() == 0, insideUID: s.RunAsUser, insideGID: s.RunAsGroup}
+	cfg.Inotify = hostInotifyShare()
 	if m.root {
-		m.base = orDefaultID(s.HostIDBase, DefaultHostIDBase)
+		m.base = s.HostIDBase
 		m.count = orDefaultID(s.HostIDCount, DefaultHostIDCount)
+		if m.base < DefaultHostIDCount {
+			return nil, idMapping{}, fmt.Errorf("spec: as root, HostIDBase must name the sandbox's own host id range, at %d or above (got %d)", DefaultHostIDCount, m.base)
+		}
 		if uint64(m.base)+uint64(m.count) > math.MaxUint32 {
 			return nil, idMapping{}, fmt.Errorf("spec: host id range %d+%d overflows", m.base, m.count)
 		}

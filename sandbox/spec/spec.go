@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 )
 
 // Supervisor is the spec of one supervisor instance.
@@ -56,6 +57,14 @@ type Supervisor struct {
 	// MaxConns caps the sandbox's concurrent mediated connections and DNS
 	// queries in flight (0: the boundary's default, 1,024).
 	MaxConns int `json:"maxConns,omitempty"`
+	// HostIDs is the sandbox's own host uid/gid range; a supervisor
+	// running as root refuses to start without one. ShiftIDs are ranges
+	// the workspace's files are moved out of before the start. IDClaims
+	// is the host's claim directory (idrange.Claims), where the supervisor
+	// holds the range's claim while it runs.
+	HostIDs  *idrange.Range  `json:"hostIds,omitempty"`
+	ShiftIDs []idrange.Range `json:"shiftIds,omitempty"`
+	IDClaims string          `json:"idClaims,omitempty"`
 }
 
 // GatewayList returns the gateway API addresses to say Hello to, in

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 )
 
 // Driver is a fake driver.Driver: Start returns a Proc (a Go value, no
@@ -73,7 +74,7 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 	}
 	d.nextPid++
 	p := &Proc{pid: d.nextPid, Name: l.Spec.Name, Instance: l.Instance, UID: l.Spec.UID, hold: d.hold,
-		done: make(chan struct{}), release: make(chan struct{})}
+		HostIDs: l.HostIDs, ShiftIDs: l.ShiftIDs, done: make(chan struct{}), release: make(chan struct{})}
 	d.procs = append(d.procs, p)
 	return p, nil
 }
@@ -140,6 +141,9 @@ type Proc struct {
 	pid                 int
 	Name, Instance, UID string
 	hold                bool
+	// HostIDs and ShiftIDs are what its launch carried.
+	HostIDs  *idrange.Range
+	ShiftIDs []idrange.Range
 
 	mu      sync.Mutex
 	done    chan struct{}

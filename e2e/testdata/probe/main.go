@@ -31,6 +31,10 @@ func main() {
 		fmt.Printf("getpid ns=%.1f\n", float64(time.Since(start).Nanoseconds())/float64(n))
 		return
 	}
+	if len(os.Args) == 2 && os.Args[1] == "inotify" {
+		inotify()
+		return
+	}
 	if len(os.Args) == 4 && os.Args[1] == "spoof" {
 		spoof(os.Args[2], os.Args[3])
 		return
@@ -115,4 +119,22 @@ func spoof(proxyAddr, target string) {
 	fmt.Printf("spoof status=%q err=%v\n", strings.TrimSpace(line), err)
 	_ = curl.Process.Kill()
 	_ = curl.Wait()
+}
+
+// inotify creates inotify instances until the kernel refuses one, prints
+// how many it holds and the refusal's errno ("inotify held=N errno=E"),
+// then holds them until killed (a workload taking its whole per-user
+// quota).
+func inotify() {
+	n := 0
+	var errno unix.Errno
+	for {
+		if _, err := unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+			errno, _ = err.(unix.Errno)
+			break
+		}
+		n++
+	}
+	fmt.Printf("inotify held=%d errno=%d\n", n, int(errno))
+	select {}
 }
