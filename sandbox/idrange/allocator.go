@@ -49,8 +49,8 @@ func (a *Allocator) Pool() Range { return a.pool }
 func (a *Allocator) Claims() *Claims { return a.claims }
 
 // Allocate gives sandbox o a range: one of prefer that is free (a kept
-// workspace's earlier range, say), else the first free one from a random
-// start. Free: not in used (the ranges of the store's other records), not
+// workspace's earlier range, say), else one this host's claims already
+// give o (Claims.Of), else the first free one from a random start. Free: not in used (the ranges of the store's other records), not
 // given by this allocator to another sandbox, and claimed on this host
 // for o (Claims.Reserve: never another sandbox's, of any gateway).
 func (a *Allocator) Allocate(o Owner, used []Range, prefer ...Range) (Range, error) {
@@ -83,7 +83,7 @@ func (a *Allocator) Allocate(o Owner, used []Range, prefer ...Range) (Range, err
 		a.held[r.Base] = o.Sandbox
 		return true, nil
 	}
-	for _, r := range prefer {
+	for _, r := range append(prefer, a.claims.Of(o, a.pool)...) {
 		if ok, err := try(r); ok || err != nil {
 			return r, err
 		}

@@ -180,3 +180,29 @@ func TestClaimDirRefused(t *testing.T) {
 		t.Errorf("claims written to a refused directory: %v", entries)
 	}
 }
+
+// TestAllocatorFindsItsOwnClaim: a sandbox whose record lost its range (an
+// earlier version's record, or a range outside the pool) gets back the one
+// this host's claims give it, not a second one: each replaced range would
+// otherwise stay claimed by it until its workspace goes, and fill the pool.
+func TestAllocatorFindsItsOwnClaim(t *testing.T) {
+	root := t.TempDir()
+	claims := NewClaims(filepath.Join(root, "run", "ids"))
+	pool := Range{Base: 16 * Size, Size: 4 * Size}
+	ra := owner(t, root, "gw1", "ra")
+	r1, err := newAllocator(t, pool, claims, 1).Allocate(ra, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A restarted gateway (a new allocator) whose record of ra has no range,
+	// with a random start elsewhere.
+	for first := range 4 {
+		r, err := newAllocator(t, pool, claims, first).Allocate(ra, nil)
+		if err != nil || r != r1 {
+			t.Fatalf("random start %d: ra got %v, %v; want its claimed %v", first, r, err, r1)
+		}
+	}
+	if got := claims.Of(ra, pool); len(got) != 1 || got[0] != r1 {
+		t.Fatalf("claims of ra: %v, want [%v]", got, r1)
+	}
+}

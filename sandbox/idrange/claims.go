@@ -231,6 +231,40 @@ func (c *Claims) openClaim(r Range, o Owner) (fd int, created bool, err error) {
 
 func (c *Claims) path(r Range) string { return filepath.Join(c.dir, claimName(r)) }
 
+// Of returns the ranges of pool whose claims name o (by state dir and
+// name): a sandbox whose record lost its range (a record of an earlier
+// version, or one whose range was not the pool's) finds what it claimed
+// before, so that its ids, and its workspace's owners, stay the same. A
+// directory that cannot be read gives none.
+func (c *Claims) Of(o Owner, pool Range) []Range {
+	dirfd, err := c.openDir()
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(dirfd)
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return nil
+	}
+	var out []Range
+	for _, e := range ents {
+		base, err := strconv.ParseUint(e.Name(), 10, 32)
+		r := Range{Base: uint32(base), Size: Size}
+		if err != nil || !e.Type().IsRegular() || !pool.Holds(r) {
+			continue
+		}
+		fd, err := unix.Openat(dirfd, e.Name(), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if readOwner(fd).same(o) {
+			out = append(out, r)
+		}
+		unix.Close(fd)
+	}
+	return out
+}
+
 // Reserve claims r for o unless another sandbox has it: it creates the
 // claim, or takes over a stale one (its lock free and its workspace gone),
 // or finds it o's already. When r is another sandbox's it fails with a
