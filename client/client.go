@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
@@ -57,7 +56,7 @@ func DefaultStateDir() string {
 // Client is a connection to one gateway.
 type Client struct {
 	sys     *actor.ActorSystem
-	rem     *remote.Remote
+	rem     *transport.Endpoint
 	api     *actor.PID
 	addr    string
 	timeout time.Duration
