@@ -174,7 +174,7 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 	// instead of waiting out the timeout.
 	lost := make(chan struct{})
 	defer transport.OnEndpointEnded(c.sys, c.addr, func() { close(lost) })()
-	f := c.sys.Root.RequestFuture(c.api, msg, timeout)
+	f := transport.Request(c.sys.Root, c.api, msg, timeout, transport.AnyGateway())
 	type result struct {
 		res any
 		err error

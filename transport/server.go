@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -108,8 +109,9 @@ type guard struct {
 	log     zerolog.Logger
 	adm     *Admission // counts and logs refusals
 	refused *Refusals  // adm's
-	// sys is the endpoint's actor system: its address is set by
-	// remote.Start before the first stream is served.
+	// sys is the endpoint's actor system: its address (set by
+	// remote.Start before the first stream is served) and its reply
+	// addresses (NewFuture).
 	sys *actor.ActorSystem
 }
 
@@ -225,6 +227,12 @@ func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName 
 		header, callerHost, r, err := s.stamp(e.MessageHeader, peerHost, target, typeName)
 		if r != "" {
 			return r, target, typeName, err
+		}
+		if strings.HasPrefix(target, replyPrefix) {
+			caller, _ := trust.ParseIdentity(header[PeerHeader]) // stamped: well formed
+			if r, err := s.g.replyFrom(target, caller); r != "" {
+				return r, target, typeName, err
+			}
 		}
 		// A reply address must be the caller's own host (the peer's, or
 		// the original caller's of a forwarded message, which the

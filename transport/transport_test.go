@@ -37,6 +37,10 @@ const acceptWait = 300 * time.Millisecond
 // waitFor is the deadline of every poll.
 const waitFor = 5 * time.Second
 
+// wellFormedReply is an id of the form of transport.NewFuture's reply
+// addresses (none is registered under it).
+const wellFormedReply = "reply$0123456789abcdef0123456789abcdef"
+
 // Actor ids of the gateway's sandbox a and b session actors, and of a
 // logs stream of a.
 var (
@@ -662,7 +666,7 @@ func TestSupervisorRoutes(t *testing.T) {
 		{transport.SandboxesActor, &messages.Hello{Sandbox: "a"}, transport.ReasonTarget},
 		{sessionA, &messages.Hello{Sandbox: "a"}, transport.ReasonMessageType},
 		{transport.HelloActor, &messages.Heartbeat{Sandbox: "a"}, transport.ReasonMessageType},
-		{"future$1", &messages.SetPolicy{Sandbox: "a"}, transport.ReasonMessageType},
+		{wellFormedReply, &messages.SetPolicy{Sandbox: "a"}, transport.ReasonMessageType},
 	} {
 		before := g.refused.Get(tc.reason)
 		err := sup.Send(transporttest.Batch(g.pid(tc.target), tc.msg, nil), acceptWait)
@@ -775,7 +779,7 @@ func roundTrip(dir, gatewayAddr string) error {
 	}()
 	api := actor.NewPID(gatewayAddr, transport.APIActor)
 	for i := range 2 {
-		res, err := sys.Root.RequestFuture(api, &messages.ListRequest{}, waitFor).Result()
+		res, err := transport.Request(sys.Root, api, &messages.ListRequest{}, waitFor, transport.AnyGateway()).Result()
 		if err != nil {
 			return fmt.Errorf("request %d: %w (client refusals %d)", i, err, refused.Total())
 		}
