@@ -129,7 +129,10 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 		}
 	}
 	logFile := filepath.Join(logs, contract.SupervisorLog)
-	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", l0.SpecFile(name)}, LogFile: logFile, Dir: l0.Sandbox(name)})
+	// The supervisor rotates its log (--log-file) and keeps its stdout and
+	// stderr on the current file; until it opens it, they are the file
+	// opened here.
+	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", l0.SpecFile(name), "--log-file", logFile}, LogFile: logFile, Dir: l0.Sandbox(name)})
 	if err != nil {
 		return nil, err
 	}
