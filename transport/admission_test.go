@@ -387,3 +387,57 @@ func BenchmarkAdmit(b *testing.B) {
 		done()
 	}
 }
+
+// TestTicketTakeCheckDone: a connection Taken counts in the total at once
+// (before its source is looked up); dropped before Check it gives its
+// place back, and Done twice gives it back once.
+func TestTicketTakeCheckDone(t *testing.T) {
+	s := newAdmitServer(t, transport.Limits{PendingTotal: 2, HandshakeTimeout: time.Minute})
+	// Connections of the test itself, accepted here (not by s's loop).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accept := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		return a
+	}
+	adm := s.adm
+	first, ok := adm.Take(accept())
+	if !ok {
+		t.Fatal("refused the first")
+	}
+	second, ok := adm.Take(accept())
+	if !ok {
+		t.Fatal("refused the second")
+	}
+	if total, _ := adm.Pending(); total != 2 {
+		t.Fatalf("Pending = %d after two Takes, want 2", total)
+	}
+	if _, ok := adm.Take(accept()); ok {
+		t.Fatal("a third Take over the total cap of 2")
+	}
+	first.Done() // dropped before Check
+	first.Done()
+	if !second.Check() {
+		t.Fatal("Check refused")
+	}
+	if total, busiest := adm.Pending(); total != 1 || busiest != 1 {
+		t.Fatalf("Pending = %d, %d; want 1, 1", total, busiest)
+	}
+	second.Done()
+	if total, busiest := adm.Pending(); total != 0 || busiest != 0 {
+		t.Fatalf("Pending = %d, %d after both ended; want 0, 0", total, busiest)
+	}
+}
