@@ -200,10 +200,10 @@ func (a *Admission) Admit(c net.Conn) (done func(), ok bool) {
 // Ticket is an accepted connection's place among those in their
 // handshake (Take).
 type Ticket struct {
-	a    *Admission
-	c    net.Conn
-	raw  net.Conn // c's TCP connection
-	src  source
+	a   *Admission
+	c   net.Conn
+	raw net.Conn // c's TCP connection
+	src source
 	// checked: the Ticket counts in its source's (Check passed).
 	checked bool
 	once    sync.Once
