@@ -187,36 +187,18 @@ func (s source) String() string {
 
 // Admit decides whether c, just accepted, may start its handshake. When it
 // may, done must be called once the handshake has ended, whichever way.
-// When it may not, c is closed and the refusal counted and logged. Admit
-// is Take and then Ticket.Check.
+// When it may not, c is closed and the refusal counted and logged.
+//
+// Checked in this order, cheapest first: the descriptor reserve (the
+// descriptor c was given: the kernel hands out the lowest free one, so
+// when it is within the reserve of the limit, every descriptor below it is
+// in use), the total cap, then the source's (a sock_diag lookup for a
+// local peer). Only connections past every check count in the caps: a
+// listener that calls Admit in its accept loop (the relay's) holds no
+// other connection, and one whose accept loop is not its own (gRPC's
+// hands each connection to a goroutine first) holds what waits for its
+// goroutine until Admit runs there.
 func (a *Admission) Admit(c net.Conn) (done func(), ok bool) {
-	t, ok := a.Take(c)
-	if !ok || !t.Check() {
-		return nil, false
-	}
-	return t.Done, true
-}
-
-// Ticket is an accepted connection's place among those in their
-// handshake (Take).
-type Ticket struct {
-	a   *Admission
-	c   net.Conn
-	raw net.Conn // c's TCP connection
-	src source
-	// checked: the Ticket counts in its source's (Check passed).
-	checked bool
-	once    sync.Once
-}
-
-// Take is the first half of Admit, the checks that cost no system call,
-// for a listener's own accept loop to make before it hands c on: the
-// descriptor reserve (the descriptor c was given: the kernel hands out
-// the lowest free one, so when it is within the reserve of the limit,
-// every descriptor below it is in use) and the total cap. c then counts
-// in the total until the Ticket's Done; Check (in c's own goroutine)
-// makes the per-source check. Refused, c is closed, counted and logged.
-func (a *Admission) Take(c net.Conn) (*Ticket, bool) {
 	raw := c
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
 		raw = nc.NetConn()
@@ -226,53 +208,37 @@ func (a *Admission) Take(c net.Conn) (*Ticket, bool) {
 			fd, a.fdLimit, a.fdLimit-a.fdRefuse))
 		return nil, false
 	}
-	a.mu.Lock()
-	if a.total >= a.limits.PendingTotal {
-		a.mu.Unlock()
+	if total, _ := a.Pending(); total >= a.limits.PendingTotal {
 		a.turnAway(c, ReasonPendingTotal, "", fmt.Errorf("%d connections are in their handshake (the cap)", a.limits.PendingTotal))
 		return nil, false
 	}
-	a.total++
-	a.mu.Unlock()
-	return &Ticket{a: a, c: c, raw: raw}, true
-}
-
-// Check is the second half of Admit: it finds c's source (a sock_diag
-// lookup for a local peer) and checks the source's cap; refused, c is
-// closed, counted and logged, and its place is given up.
-func (t *Ticket) Check() bool {
-	a := t.a
-	src := a.sourceOf(t.raw)
+	src := a.sourceOf(raw)
 	capped := !src.local || (src.uid != 0 && src.uid != a.self)
 	a.mu.Lock()
-	if capped && a.bySource[src] >= a.limits.PendingPerSource {
-		a.total--
+	switch {
+	case a.total >= a.limits.PendingTotal:
 		a.mu.Unlock()
-		t.once.Do(func() {})
-		a.turnAway(t.c, ReasonPendingSource, src.String(), fmt.Errorf("this source has %d connections in their handshake (the cap)", a.limits.PendingPerSource))
-		return false
+		a.turnAway(c, ReasonPendingTotal, src.String(), fmt.Errorf("%d connections are in their handshake (the cap)", a.limits.PendingTotal))
+		return nil, false
+	case capped && a.bySource[src] >= a.limits.PendingPerSource:
+		a.mu.Unlock()
+		a.turnAway(c, ReasonPendingSource, src.String(), fmt.Errorf("this source has %d connections in their handshake (the cap)", a.limits.PendingPerSource))
+		return nil, false
 	}
-	t.src, t.checked = src, true
+	a.total++
 	a.bySource[src]++
 	a.mu.Unlock()
-	return true
+	var once sync.Once
+	return func() { once.Do(func() { a.release(src) }) }, true
 }
 
-// Done gives up c's place: its handshake has ended (or it was dropped
-// before Check). Only the first call counts.
-func (t *Ticket) Done() {
-	t.once.Do(func() {
-		a := t.a
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		a.total--
-		if !t.checked {
-			return // dropped before Check: it counted in the total only
-		}
-		if a.bySource[t.src]--; a.bySource[t.src] <= 0 {
-			delete(a.bySource, t.src)
-		}
-	})
+func (a *Admission) release(src source) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.total--
+	if a.bySource[src]--; a.bySource[src] <= 0 {
+		delete(a.bySource, src)
+	}
 }
 
 // Pending returns the connections in their handshake: in all, and of the

@@ -190,19 +190,15 @@ func (l *listener) start(ctx actor.Context) {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
-			// The checks that cost nothing here, so what waits for its
-			// goroutine counts in the total cap; the source's (a
-			// sock_diag lookup) beside the loop, which keeps accepting.
-			ticket, ok := l.adm.Take(c)
+			// Here, not in the connection's goroutine: what this
+			// listener holds is only what Admit let in.
+			done, ok := l.adm.Admit(c)
 			if !ok {
 				continue // closed, counted and logged
 			}
 			go func() {
-				if !ticket.Check() {
-					return // closed, counted and logged
-				}
 				tok, br, peer, err := readPreamble(c, l.adm.HandshakeTimeout())
-				ticket.Done()
+				done()
 				if err != nil {
 					l.adm.HandshakeFailed(c, err)
 					_ = c.Close()
