@@ -117,7 +117,7 @@ func TestHalfOpenFloodFromALocalUser(t *testing.T) {
 	// While connections are coming in, what gRPC's accept loop took from
 	// the kernel's queue (up to its backlog, net.core.somaxconn: 4,096)
 	// waits for its goroutine, where the endpoint first sees it; the
-	// relay listener counts what waits in its total cap (1,024).
+	// relay listener admits in its accept loop and holds nothing more.
 	if gwMax.Load() > 10000 || supMax.Load() > 5000 {
 		t.Errorf("during the attack the gateway held up to %d descriptors, the supervisor %d: want under 10,000 and 5,000 (their limit: 20,000)", gwMax.Load(), supMax.Load())
 	}
