@@ -26,6 +26,9 @@ type DenialLimit struct {
 	window time.Duration
 	clock  clock.Clock
 
+	// report logs a window's count (nil: the audit's line, in Flush).
+	report func(n int, since time.Time)
+
 	mu      sync.Mutex
 	start   time.Time // the window's start
 	logged  int       // lines written in the window
@@ -43,6 +46,14 @@ func WithLimitClock(c clock.Clock) LimitOption {
 	return func(d *DenialLimit) { d.clock = c }
 }
 
+// WithLimitReport replaces the line that reports a window's count: report
+// logs that n lines since since were left out. Another log that bounds its
+// lines the same way (the transport's refusals) says what it left out in
+// its own words.
+func WithLimitReport(report func(n int, since time.Time)) LimitOption {
+	return func(d *DenialLimit) { d.report = report }
+}
+
 // NewDenialLimit returns a limit of max denial lines per window; its
 // reports go to log.
 func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...LimitOption) *DenialLimit {
@@ -52,6 +63,11 @@ func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...L
 	}
 	return d
 }
+
+// Allow reports whether one more line may be written now (the limit's
+// clock); when not, the line is counted and reported with the window's
+// count.
+func (d *DenialLimit) Allow() bool { return d.allow(d.clock.Now()) }
 
 // allow reports whether one more denial line may be written at now (read
 // by the caller, once for a batch); when not, the denial is counted and
@@ -96,6 +112,10 @@ func (d *DenialLimit) Flush() {
 		d.pending = nil
 	}
 	d.mu.Unlock()
+	if n > 0 && d.report != nil {
+		d.report(n, since)
+		return
+	}
 	if n > 0 {
 		d.log.Warn().Str("component", "audit").Int("denialsNotLogged", n).Time("since", since).
 			Int("limit", d.max).Dur("window", d.window).

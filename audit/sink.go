@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/internal/logfile"
 )
 
 // Sink receives audit events. Implementations must be safe for concurrent
@@ -252,16 +254,11 @@ func OpenFile(path string, opts ...FileOption) (*File, error) {
 }
 
 func (af *File) open() error {
-	f, err := os.OpenFile(af.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, size, err := logfile.OpenAppend(af.path)
 	if err != nil {
-		return fmt.Errorf("audit: open %s: %w", af.path, err)
+		return fmt.Errorf("audit: %w", err)
 	}
-	st, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return fmt.Errorf("audit: stat %s: %w", af.path, err)
-	}
-	af.f, af.size = f, st.Size()
+	af.f, af.size = f, size
 	return nil
 }
 
@@ -382,15 +379,8 @@ func (af *File) rotateLocked() error {
 		return fmt.Errorf("audit: close %s for rotation: %w", af.path, err)
 	}
 	af.f = nil
-	for i := af.keep - 1; i >= 1; i-- {
-		_ = os.Rename(fmt.Sprintf("%s.%d", af.path, i), fmt.Sprintf("%s.%d", af.path, i+1))
-	}
-	if af.keep > 0 {
-		if err := os.Rename(af.path, af.path+".1"); err != nil {
-			return fmt.Errorf("audit: rotate %s: %w", af.path, err)
-		}
-	} else if err := os.Truncate(af.path, 0); err != nil {
-		return fmt.Errorf("audit: truncate %s: %w", af.path, err)
+	if err := logfile.Shift(af.path, af.keep); err != nil {
+		return fmt.Errorf("audit: %w", err)
 	}
 	return af.open()
 }

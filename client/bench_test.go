@@ -37,7 +37,7 @@ func startBenchGateway(b *testing.B, mtls bool) *benchGateway {
 	_ = ln.Close()
 	sys := actor.NewActorSystem(logx.ActorSystemOption(zerolog.Nop()))
 	g := &benchGateway{addr: "127.0.0.1:" + strconv.Itoa(port)}
-	var rem *remote.Remote
+	var rem interface{ Shutdown(graceful bool) }
 	if mtls {
 		ca, _, err := trust.LoadOrCreateCA(b.TempDir())
 		if err != nil {
@@ -55,8 +55,9 @@ func startBenchGateway(b *testing.B, mtls bool) *benchGateway {
 		}
 		g.cfg = &Config{Name: "bench", CA: string(ca.CertPEM), Cert: string(certPEM), Key: string(keyPEM)}
 	} else {
-		rem = remote.NewRemote(sys, remote.Configure("127.0.0.1", port))
-		rem.Start()
+		plain := remote.NewRemote(sys, remote.Configure("127.0.0.1", port))
+		plain.Start()
+		rem = plain
 	}
 	reply := &messages.Reply{Status: messages.Status_STATUS_OK}
 	for i := range 10 {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
@@ -57,7 +56,7 @@ func DefaultStateDir() string {
 // Client is a connection to one gateway.
 type Client struct {
 	sys     *actor.ActorSystem
-	rem     *remote.Remote
+	rem     *transport.Endpoint
 	api     *actor.PID
 	addr    string
 	timeout time.Duration
@@ -175,7 +174,7 @@ func (c *Client) Request(ctx context.Context, msg proto.Message) (*messages.Repl
 	// instead of waiting out the timeout.
 	lost := make(chan struct{})
 	defer transport.OnEndpointEnded(c.sys, c.addr, func() { close(lost) })()
-	f := c.sys.Root.RequestFuture(c.api, msg, timeout)
+	f := transport.Request(c.sys.Root, c.api, msg, timeout, transport.AnyGateway())
 	type result struct {
 		res any
 		err error

@@ -146,6 +146,11 @@ func TestControlPlaneAttacks(t *testing.T) {
 			{"supervisor a", w.addr, "list to api", transporttest.Batch(gw(transport.APIActor), &messages.ListRequest{}, nil), true},
 			{"supervisor a", w.addr, "delete to api", transporttest.Batch(gw(transport.APIActor), &messages.SandboxRequest{Name: "b", Verb: messages.Verb_VERB_DELETE}, nil), true},
 			{"supervisor a", supAddr, "SetPolicy to its own supervisor", transporttest.Batch(sup(transport.SupervisorSession), &messages.SetPolicy{Sandbox: "a", Version: 1000}, nil), true},
+			// protoactor's futures are named from a counter; no peer may
+			// address one (a reply goes to transport.NewFuture's random
+			// address, from the identity its request went to).
+			{"supervisor a", w.addr, "reply to a counter future", transporttest.Batch(gw("future$1"), &messages.Reply{Status: messages.Status_STATUS_OK}, nil), true},
+			{"supervisor a", w.addr, "reply to another counter future", transporttest.Batch(gw("future$Aa9"), &messages.Reply{Status: messages.Status_STATUS_OK}, nil), true},
 		}
 		conn, err := transporttest.Dial(w.addr, transporttest.WithCert(clientKP))
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +23,13 @@ import (
 
 var bin string // the stockade binary under test
 
-func TestMain(m *testing.M) { os.Exit(testenv.MainWithStockade(m, "../cmd/stockade", &bin)) }
+func TestMain(m *testing.M) {
+	if targets := os.Getenv(halfOpenTargetsEnv); targets != "" { // TestHalfOpenFloodFromALocalUser's attacker
+		n, _ := strconv.Atoi(os.Getenv(halfOpenCountEnv))
+		os.Exit(halfOpenAttacker(strings.Split(targets, ","), n))
+	}
+	os.Exit(testenv.MainWithStockade(m, "../cmd/stockade", &bin))
+}
 
 // world is a gateway with its state dir, an offline upstream and a policy.
 type world struct {

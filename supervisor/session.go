@@ -325,7 +325,7 @@ func (s *session) onTick(ctx actor.Context) {
 	}
 	s.pending = true
 	to := s.gw
-	f := ctx.RequestFuture(to, hb, lostAfter)
+	f := transport.Request(ctx, to, hb, lostAfter, transport.AnyGateway())
 	ctx.ReenterAfter(f, func(res any, err error) {
 		_, ok := res.(*messages.HeartbeatAck)
 		ctx.Send(ctx.Self(), &hbRes{to: to, ok: err == nil && ok, gone: errors.Is(err, actor.ErrDeadLetter)})
@@ -339,7 +339,7 @@ func (s *session) sayHello(ctx actor.Context) {
 	gen := s.helloGen
 	addr := s.gateways[s.cur]
 	s.log.Debug().Str("gateway", addr).Msg("saying Hello")
-	f := ctx.RequestFuture(actor.NewPID(addr, transport.HelloActor), s.hello, helloTimeout)
+	f := transport.Request(ctx, actor.NewPID(addr, transport.HelloActor), s.hello, helloTimeout, transport.AnyGateway())
 	ctx.ReenterAfter(f, func(res any, err error) {
 		ack, ok := res.(*messages.HelloAck)
 		if err == nil && !ok {
@@ -350,7 +350,7 @@ func (s *session) sayHello(ctx actor.Context) {
 }
 
 func (s *session) sendExit(ctx actor.Context) {
-	f := ctx.RequestFuture(s.gw, s.exit, 3*time.Second)
+	f := transport.Request(ctx, s.gw, s.exit, 3*time.Second, transport.AnyGateway())
 	ctx.ReenterAfter(f, func(res any, err error) {
 		if _, ok := res.(*messages.HeartbeatAck); ok && err == nil {
 			ctx.Send(ctx.Self(), &exitAcked{})

@@ -41,6 +41,15 @@ import (
 
 var errUnexpected = errors.New("unexpected reply type")
 
+// The supervisor's own log (supervisor.log, `supervisor --log-file`) is
+// rotated at LogMaxBytes, keeping LogKeep rotated files (supervisor.log.1
+// is the newest): a creation's supervisor logs take at most
+// (LogKeep+1) x LogMaxBytes.
+const (
+	LogMaxBytes = 16 << 20
+	LogKeep     = 3
+)
+
 // CannotStartError is a start of the sandbox that fails the same way
 // however often it is retried (nsrun.ErrCannotStart: the command is missing
 // or not executable inside, a hard_requirement path is missing). Its text

@@ -178,7 +178,7 @@ func TestForwardRefused(t *testing.T) {
 		{"session", withHeader(transporttest.Batch(g.pid(sessionA), &messages.Heartbeat{Sandbox: "a"}, nil),
 			forwardedBy(supA, callerAddr)), transport.ReasonTarget},
 		{"logs_stream", withHeader(transporttest.Batch(g.pid(logsA), &messages.LogsAck{}, nil), fromAlice), transport.ReasonTarget},
-		{"future_request", transporttest.Batch(g.pid("future$1"), &messages.ListRequest{}, nil), transport.ReasonMessageType},
+		{"future_request", transporttest.Batch(g.pid(wellFormedReply), &messages.ListRequest{}, nil), transport.ReasonMessageType},
 		{"hello_to_api", withHeader(transporttest.Batch(api, &messages.Hello{Sandbox: "a"}, nil), forwardedBy(supA, callerAddr)), transport.ReasonMessageType},
 		{"stop", withHeader(transporttest.Stop(api), fromAlice), transport.ReasonSystemMessage},
 		{"caller_gateway", withHeader(transporttest.Batch(api, list, nil), forwardedBy(trust.Identity{Role: trust.RoleGateway, Name: "x"}, callerAddr)), transport.ReasonMalformed},
@@ -351,7 +351,7 @@ func TestForwardRoundTrip(t *testing.T) {
 			t.Errorf("message %d: sender %v, want alice's reply address at %s", i, r.sender, clientAddr)
 		}
 	}
-	if !strings.HasPrefix(got[0].sender.GetId(), "future$") || got[1].sender.GetId() != forwardStream {
+	if !strings.HasPrefix(got[0].sender.GetId(), "reply$") || got[1].sender.GetId() != forwardStream {
 		t.Errorf("senders %v, %v; want alice's future and stream actor %s", got[0].sender, got[1].sender, forwardStream)
 	}
 
@@ -619,7 +619,7 @@ func forwardClient(dir, fwdAddr string) error {
 	}()
 	fmt.Println("client addr", sys.Address())
 	api := actor.NewPID(fwdAddr, transport.APIActor)
-	res, err := sys.Root.RequestFuture(api, &messages.ListRequest{}, waitFor).Result()
+	res, err := transport.Request(sys.Root, api, &messages.ListRequest{}, waitFor, transport.AnyGateway()).Result()
 	if err != nil {
 		return fmt.Errorf("list: %w (client refusals %d)", err, refused.Total())
 	}

@@ -6,6 +6,11 @@
 // included, and some of its gRPC methods panic. This package closes that
 // at the transport:
 //
+//   - a connection is admitted at accept only within its listener's
+//     limits (Admission: a handshake deadline, a cap on connections in
+//     their handshake per source, the peer socket's owner for a local
+//     peer, and in all, a reserve of descriptors); the rest are closed at
+//     once, counted and logged, and the log of every refusal is bounded;
 //   - the TLS handshake admits only certificates of the gateway's CA that
 //     are not revoked and whose identity (trust.Identity) this endpoint
 //     accepts; a refused handshake is logged and counted;
@@ -26,10 +31,13 @@
 //   - unary and stream recover interceptors: no input from the wire panics
 //     the process; the unimplemented methods answer Unimplemented.
 //
-// A process that talks over the transport makes its actor system with
-// NewActorSystem: its generated ids (futures) start at a random point, so
-// a process restarted on its address never completes a new request with
-// a reply queued for its last incarnation.
+// A request that crosses processes gets its reply address from NewFuture
+// (Request): a random 128-bit id that takes a reply only from the identity
+// the request went to; protoactor's own futures, named from a counter,
+// take nothing from a peer. A process that talks over the transport makes
+// its actor system with NewActorSystem: its generated ids start at a
+// random point, so a process restarted on its address never completes a
+// new request with a reply queued for its last incarnation.
 //
 // Rules name the well-known actor ids (APIActor, HelloActor,
 // SupervisorSession, the gateway's session actors) and, per role, the

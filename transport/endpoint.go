@@ -45,8 +45,16 @@ type Config struct {
 	// Rules authorize each message.
 	Rules Rules
 	Log   zerolog.Logger
-	// Refused counts refusals (nil: a fresh set).
+	// Refused counts refusals when Admission is nil (nil: a fresh set);
+	// an Admission counts in its own (Admission.Refusals).
 	Refused *Refusals
+	// Admission decides which connections the endpoint accepts, and logs
+	// and counts refusals with a bound on the log (nil: one of Limits,
+	// counting in Refused, closed with the endpoint). A process that
+	// shares one among its listeners passes it here.
+	Admission *Admission
+	// Limits are the Admission's limits when Admission is nil.
+	Limits Limits
 	// ConnectRetries is how often a connection to a peer is tried, 2 s
 	// apart, before what was queued for it is dropped (0: 2, a quick
 	// answer for a client or supervisor whose gateway is gone or refuses
@@ -56,24 +64,50 @@ type Config struct {
 	ConnectRetries int
 }
 
+// Endpoint is a started remote endpoint.
+type Endpoint struct {
+	*remote.Remote
+	adm *Admission
+	own bool // adm was made by Start: Shutdown closes it
+}
+
+// Shutdown stops the endpoint (remote.Remote.Shutdown), logs the count of
+// refusals its log left out, and releases what its Admission holds when
+// Start made it.
+func (e *Endpoint) Shutdown(graceful bool) {
+	e.Remote.Shutdown(graceful)
+	if e.own {
+		e.adm.FlushLog()
+		_ = e.adm.Close()
+	}
+}
+
+// Admission is the endpoint's Admission.
+func (e *Endpoint) Admission() *Admission { return e.adm }
+
 // Start starts sys's remote endpoint over mutual TLS with cfg's rules. A
 // listen failure is an error (protoactor panics on it).
-func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
-	if cfg.Refused == nil {
-		cfg.Refused = NewRefusals()
+//
+// A connection's TLS handshake and HTTP/2 preface must end within the
+// Admission's HandshakeTimeout; what is accepted while it is over a cap
+// or within the descriptor reserve is closed at once (Admission.Admit).
+func Start(sys *actor.ActorSystem, cfg Config) (ep *Endpoint, err error) {
+	adm, own := cfg.Admission, cfg.Admission == nil
+	if own {
+		adm = NewAdmission(cfg.Limits, cfg.Refused, cfg.Log)
 	}
 	dial := cfg.Dial
 	if dial == nil {
 		dial = cfg.Verifier
 	}
-	g := &guard{rules: cfg.Rules, log: cfg.Log, refused: cfg.Refused, self: sys.Address}
+	g := &guard{rules: cfg.Rules, log: cfg.Log, adm: adm, refused: adm.refused, sys: sys}
 	host := cfg.Host
 	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
 		host = "[" + host + "]" // protoactor joins host and port with a bare ":"
 	}
 	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g}
 	rc := remote.Configure(host, cfg.Port,
-		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes),
+		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ConnectionTimeout(adm.HandshakeTimeout()),
 			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial))),
 			grpc.WithChainStreamInterceptor(retireFailedConn)))
@@ -85,14 +119,17 @@ func Start(sys *actor.ActorSystem, cfg Config) (rem *remote.Remote, err error) {
 	if cfg.ConnectRetries > 0 {
 		rc.MaxRetryCount = cfg.ConnectRetries
 	}
-	rem = remote.NewRemote(sys, rc)
+	rem := remote.NewRemote(sys, rc)
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("start remote endpoint on %s: %v", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), r)
+			if own {
+				_ = adm.Close()
+			}
+			ep, err = nil, fmt.Errorf("start remote endpoint on %s: %v", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), r)
 		}
 	}()
 	rem.Start()
-	return rem, nil
+	return &Endpoint{Remote: rem, adm: adm, own: own}, nil
 }
 
 // LocalIPFor returns the local address this host uses to reach addr: where

@@ -38,19 +38,31 @@ func GatewaySessionPrefix(name string) string { return contract.GatewaySessionPr
 // hex digits (client.Logs makes 32 at random).
 const ClientStreamPrefix = contract.ClientStreamPrefix
 
-// futurePrefix starts the id of every protoactor future (a request's reply
-// address): "future$" + a sequence number.
-const futurePrefix = "future$"
-
 // Target decides whether peer may address actor id.
 type Target func(peer trust.Identity, id string) bool
 
 // Exact is a target of one actor id.
 func Exact(want string) Target { return func(_ trust.Identity, id string) bool { return id == want } }
 
-// Futures are the reply addresses of this process's own requests.
+// Futures are the reply addresses of this process's own requests that
+// cross processes (NewFuture): replyPrefix and 32 lower-case hex digits.
+// The endpoint delivers a reply to one only from the identity its request
+// went to (guard.replyFrom).
 func Futures() Target {
-	return func(_ trust.Identity, id string) bool { return strings.HasPrefix(id, futurePrefix) }
+	return func(_ trust.Identity, id string) bool {
+		rest, ok := strings.CutPrefix(id, replyPrefix)
+		return ok && len(rest) == replyIDLen && lowerHex(rest)
+	}
+}
+
+// lowerHex reports whether s is lower-case hex digits only.
+func lowerHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ClientStreams are a client's stream actors: ClientStreamPrefix and 1
@@ -58,15 +70,7 @@ func Futures() Target {
 func ClientStreams() Target {
 	return func(_ trust.Identity, id string) bool {
 		rest, ok := strings.CutPrefix(id, ClientStreamPrefix)
-		if !ok || len(rest) == 0 || len(rest) > 64 {
-			return false
-		}
-		for _, c := range rest {
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-		return true
+		return ok && len(rest) > 0 && len(rest) <= 64 && lowerHex(rest)
 	}
 }
 
@@ -102,6 +106,7 @@ const (
 	ReasonUnimplemented = "unimplemented"  // ListProcesses, GetProcessDiagnostics
 	ReasonPanic         = "panic"          // a handler panicked; recovered
 	ReasonTooLarge      = "too_large"      // over MaxMessageBytes
+	ReasonReplyFrom     = "reply_from"     // a reply to a request that went to another identity (NewFuture)
 )
 
 // check returns "" when peer may send typeName to target id, else the

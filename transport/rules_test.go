@@ -22,6 +22,7 @@ func TestRulesCheck(t *testing.T) {
 	)
 	typ := func(m proto.Message) string { return names(m)[0] }
 	sessA := GatewaySessionPrefix("a") + "1"
+	reply := replyPrefix + "00112233445566778899aabbccddeeff" // NewFuture's form
 	for _, tc := range []struct {
 		table string
 		rules Rules
@@ -45,7 +46,7 @@ func TestRulesCheck(t *testing.T) {
 		{"gateway", GatewayRules(), client, HelloActor, typ(&messages.Hello{}), ReasonTarget},
 		{"gateway", GatewayRules(), client, SandboxesActor, typ(&messages.ListRequest{}), ReasonTarget},
 		{"gateway", GatewayRules(), client, sessA, typ(&messages.Heartbeat{}), ReasonTarget},
-		{"gateway", GatewayRules(), client, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), client, reply, typ(&messages.Reply{}), ReasonTarget},
 		{"gateway", GatewayRules(), client, "api/x", typ(&messages.ListRequest{}), ReasonTarget},
 		// gateway: supervisors
 		{"gateway", GatewayRules(), supA, HelloActor, typ(&messages.Hello{}), ""},
@@ -61,34 +62,42 @@ func TestRulesCheck(t *testing.T) {
 		{"gateway", GatewayRules(), supA, GatewaySessionPrefix("ab") + "1", typ(&messages.Heartbeat{}), ReasonTarget},
 		{"gateway", GatewayRules(), supA, SandboxActorID("a"), typ(&messages.Heartbeat{}), ReasonTarget},
 		{"gateway", GatewayRules(), supA, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
-		{"gateway", GatewayRules(), supA, "future$7", typ(&messages.Reply{}), ""},
-		{"gateway", GatewayRules(), supA, "future$7", deadLetterResponse, ""},
-		{"gateway", GatewayRules(), supA, "future$7", typ(&messages.HelloAck{}), ReasonMessageType},
-		{"gateway", GatewayRules(), supA, "xfuture$7", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, reply, typ(&messages.Reply{}), ""},
+		{"gateway", GatewayRules(), supA, reply, deadLetterResponse, ""},
+		{"gateway", GatewayRules(), supA, reply, typ(&messages.HelloAck{}), ReasonMessageType},
+		{"gateway", GatewayRules(), supA, "x" + reply, typ(&messages.Reply{}), ReasonTarget},
+		// protoactor's own futures (a counter) take no reply from a peer
+		{"gateway", GatewayRules(), supA, "future$7", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, reply[:len(reply)-1], typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, reply + "0", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, strings.ToUpper(reply), typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), supA, reply + "/x", typ(&messages.Reply{}), ReasonTarget},
+		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.HelloAck{}), ReasonTarget},
+		{"client", ClientRules(), gateway, "future$3", typ(&messages.Reply{}), ReasonTarget},
 		// gateway: other gateway nodes (no routes yet)
 		{"gateway", GatewayRules(), gateway, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
-		{"gateway", GatewayRules(), gateway, "future$1", typ(&messages.Reply{}), ReasonTarget},
+		{"gateway", GatewayRules(), gateway, reply, typ(&messages.Reply{}), ReasonTarget},
 		// supervisor
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.SetPolicy{}), ""},
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.OpenRelay{}), ""},
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.FaultRequest{}), ""},
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&messages.Heartbeat{}), ReasonMessageType},
 		{"supervisor", SupervisorRules(), gateway, SupervisorSession, typ(&actor.Stop{}), ReasonSystemMessage},
-		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.HelloAck{}), ""},
-		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.HeartbeatAck{}), ""},
-		{"supervisor", SupervisorRules(), gateway, "future$2", deadLetterResponse, ""},
-		{"supervisor", SupervisorRules(), gateway, "future$2", typ(&messages.Reply{}), ReasonMessageType},
+		{"supervisor", SupervisorRules(), gateway, reply, typ(&messages.HelloAck{}), ""},
+		{"supervisor", SupervisorRules(), gateway, reply, typ(&messages.HeartbeatAck{}), ""},
+		{"supervisor", SupervisorRules(), gateway, reply, deadLetterResponse, ""},
+		{"supervisor", SupervisorRules(), gateway, reply, typ(&messages.Reply{}), ReasonMessageType},
 		{"supervisor", SupervisorRules(), gateway, "session2", typ(&messages.SetPolicy{}), ReasonTarget},
 		{"supervisor", SupervisorRules(), client, SupervisorSession, typ(&messages.SetPolicy{}), ReasonTarget},
 		{"supervisor", SupervisorRules(), supA, SupervisorSession, typ(&messages.SetPolicy{}), ReasonTarget},
 		// client
-		{"client", ClientRules(), gateway, "future$3", typ(&messages.Reply{}), ""},
-		{"client", ClientRules(), gateway, "future$3", deadLetterResponse, ""},
-		{"client", ClientRules(), gateway, "future$3", typ(&messages.HelloAck{}), ReasonMessageType},
-		{"client", ClientRules(), gateway, "future$3", typ(&actor.Terminated{}), ReasonSystemMessage},
+		{"client", ClientRules(), gateway, reply, typ(&messages.Reply{}), ""},
+		{"client", ClientRules(), gateway, reply, deadLetterResponse, ""},
+		{"client", ClientRules(), gateway, reply, typ(&messages.HelloAck{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, reply, typ(&actor.Terminated{}), ReasonSystemMessage},
 		{"client", ClientRules(), gateway, APIActor, typ(&messages.ListRequest{}), ReasonTarget},
-		{"client", ClientRules(), client, "future$3", typ(&messages.Reply{}), ReasonTarget},
-		{"client", ClientRules(), supA, "future$3", typ(&messages.Reply{}), ReasonTarget},
+		{"client", ClientRules(), client, reply, typ(&messages.Reply{}), ReasonTarget},
+		{"client", ClientRules(), supA, reply, typ(&messages.Reply{}), ReasonTarget},
 		// client: stream actors (sandbox logs)
 		{"client", ClientRules(), gateway, ClientStreamPrefix + "0123456789abcdef", typ(&messages.LogsBatch{}), ""},
 		{"client", ClientRules(), gateway, ClientStreamPrefix + "0123456789abcdef", typ(&messages.Reply{}), ""},
@@ -99,10 +108,10 @@ func TestRulesCheck(t *testing.T) {
 		{"client", ClientRules(), gateway, ClientStreamPrefix, typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), gateway, ClientStreamPrefix + "0f/x", typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), gateway, ClientStreamPrefix + "0F", typ(&messages.LogsBatch{}), ReasonTarget},
-		{"client", ClientRules(), gateway, ClientStreamPrefix + "../future$1", typ(&messages.LogsBatch{}), ReasonTarget},
+		{"client", ClientRules(), gateway, ClientStreamPrefix + "../" + reply, typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), gateway, ClientStreamPrefix + strings.Repeat("a", 65), typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), gateway, "x" + ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
-		{"client", ClientRules(), gateway, "future$3", typ(&messages.LogsBatch{}), ReasonMessageType},
+		{"client", ClientRules(), gateway, reply, typ(&messages.LogsBatch{}), ReasonMessageType},
 		{"client", ClientRules(), gateway, SupervisorSession, typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), client, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
 		{"client", ClientRules(), supA, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
@@ -138,8 +147,8 @@ func TestRulesCheck(t *testing.T) {
 		{"cluster", ClusterRules(), gateway, SandboxesActor, typ(&messages.ListRequest{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, sessA, typ(&messages.Heartbeat{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, SandboxActorID("a"), typ(&messages.ListRequest{}), ReasonTarget},
-		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.Reply{}), ""}, // the owner's answer to a relayed request
-		{"cluster", ClusterRules(), gateway, "future$1", typ(&messages.CreateRequest{}), ReasonMessageType},
+		{"cluster", ClusterRules(), gateway, reply, typ(&messages.Reply{}), ""}, // the owner's answer to a relayed request
+		{"cluster", ClusterRules(), gateway, reply, typ(&messages.CreateRequest{}), ReasonMessageType},
 		{"cluster", ClusterRules(), gateway, "api/x", typ(&messages.ListRequest{}), ReasonTarget},
 		{"cluster", ClusterRules(), gateway, ClientStreamPrefix + "0f", typ(&messages.LogsBatch{}), ReasonTarget},
 		// cluster: clients and supervisors as in GatewayRules

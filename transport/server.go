@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -66,6 +67,11 @@ type serverCreds struct {
 }
 
 func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	done, ok := c.g.adm.Admit(raw)
+	if !ok {
+		return nil, nil, errRefusedAtAccept
+	}
+	defer done()
 	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
 	if errors.Is(err, io.EOF) {
 		// Closed before a word (a reachability check): nothing to refuse.
@@ -73,7 +79,7 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 		return nil, nil, err
 	}
 	if err != nil {
-		c.g.refuse(ReasonHandshake, "", raw.RemoteAddr().String(), "", "", err)
+		c.g.adm.HandshakeFailed(raw, err)
 		return nil, nil, err
 	}
 	info, ok := ai.(credentials.TLSInfo)
@@ -89,6 +95,10 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	return conn, authInfo{TLSInfo: info, id: id}, nil
 }
 
+// errRefusedAtAccept: the Admission closed the connection (counted and
+// logged there).
+var errRefusedAtAccept = errors.New("transport: connection refused at accept")
+
 func (c *serverCreds) Clone() credentials.TransportCredentials {
 	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g}
 }
@@ -97,28 +107,17 @@ func (c *serverCreds) Clone() credentials.TransportCredentials {
 type guard struct {
 	rules   Rules
 	log     zerolog.Logger
-	refused *Refusals
-	// self returns this endpoint's address (the actor system's, set by
-	// remote.Start before the first stream is served).
-	self func() string
+	adm     *Admission // counts and logs refusals
+	refused *Refusals  // adm's
+	// sys is the endpoint's actor system: its address (set by
+	// remote.Start before the first stream is served) and its reply
+	// addresses (NewFuture).
+	sys *actor.ActorSystem
 }
 
+// refuse counts a refusal and logs it within the log's bound.
 func (g *guard) refuse(reason, peerID, addr, target, typeName string, err error) {
-	g.refused.add(reason)
-	ev := g.log.Warn().Str("reason", reason).Str("peer_addr", addr)
-	if peerID != "" {
-		ev = ev.Str("peer", peerID)
-	}
-	if target != "" {
-		ev = ev.Str("target", target)
-	}
-	if typeName != "" {
-		ev = ev.Str("message_type", typeName)
-	}
-	if err != nil {
-		ev = ev.Err(err)
-	}
-	ev.Msg("remote refused")
+	g.adm.refuse(reason, "", peerID, addr, target, typeName, err)
 }
 
 // peerOf returns the identity and address of a stream's peer.
@@ -202,7 +201,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 // (stamp).
 func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName string, err error) {
 	peerHost, _, _ := net.SplitHostPort(s.addr)
-	self := s.g.self()
+	self := s.g.sys.Address()
 	for _, e := range b.Envelopes {
 		switch {
 		case e == nil:
@@ -228,6 +227,12 @@ func (s *checkedStream) check(b *remote.MessageBatch) (reason, target, typeName 
 		header, callerHost, r, err := s.stamp(e.MessageHeader, peerHost, target, typeName)
 		if r != "" {
 			return r, target, typeName, err
+		}
+		if strings.HasPrefix(target, replyPrefix) {
+			caller, _ := trust.ParseIdentity(header[PeerHeader]) // stamped: well formed
+			if r, err := s.g.replyFrom(target, caller); r != "" {
+				return r, target, typeName, err
+			}
 		}
 		// A reply address must be the caller's own host (the peer's, or
 		// the original caller's of a forwarded message, which the

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
 	"github.com/stockade-dev/stockade/transport/transporttest"
@@ -35,6 +36,10 @@ const acceptWait = 300 * time.Millisecond
 
 // waitFor is the deadline of every poll.
 const waitFor = 5 * time.Second
+
+// wellFormedReply is an id of the form of transport.NewFuture's reply
+// addresses (none is registered under it).
+const wellFormedReply = "reply$0123456789abcdef0123456789abcdef"
 
 // Actor ids of the gateway's sandbox a and b session actors, and of a
 // logs stream of a.
@@ -138,6 +143,8 @@ type gateway struct {
 	sys     *actor.ActorSystem
 	addr    string
 	refused *transport.Refusals
+	log     *testenv.Buffer
+	ep      *transport.Endpoint
 	actors  map[string]*recorder
 
 	mu      sync.Mutex
@@ -146,6 +153,12 @@ type gateway struct {
 
 // gw is this process's gateway endpoint.
 var gw *gateway
+
+// gatewayLimits are gw's: a short handshake timeout and small caps, for
+// the tests of the deadline and the caps (limits_test.go); its log keeps
+// every refusal, which tests look for (the log's bound is
+// TestAdmitRefusalLogBound's).
+var gatewayLimits = transport.Limits{HandshakeTimeout: 2 * time.Second, PendingPerSource: 8, PendingTotal: 40, LogRefusals: 1 << 20}
 
 // newGateway starts a gateway endpoint with a new CA in dir.
 func newGateway(dir string) (g *gateway, stop func(), err error) {
@@ -164,8 +177,9 @@ func newGateway(dir string) (g *gateway, stop func(), err error) {
 		return nil, nil, err
 	}
 	g.sys = quiet()
+	g.log = &testenv.Buffer{}
 	rem, err := transport.Start(g.sys, transport.Config{Host: "127.0.0.1", Cert: node,
-		Verifier: ver, Rules: transport.ClusterRules(), Log: zerolog.Nop(), Refused: g.refused})
+		Verifier: ver, Rules: transport.ClusterRules(), Log: zerolog.New(g.log), Refused: g.refused, Limits: gatewayLimits})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,7 +187,7 @@ func newGateway(dir string) (g *gateway, stop func(), err error) {
 		rem.Shutdown(false)
 		g.sys.Shutdown()
 	}
-	g.addr = g.sys.Address()
+	g.addr, g.ep = g.sys.Address(), rem
 	for _, id := range []string{transport.APIActor, transport.HelloActor, transport.SandboxesActor, sessionA, sessionB, logsA} {
 		r := &recorder{}
 		if _, err := g.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), id); err != nil {
@@ -239,6 +253,12 @@ func (g *gateway) cert(t *testing.T, id trust.Identity) tls.Certificate {
 }
 
 func (g *gateway) pid(id string) *actor.PID { return actor.NewPID(g.addr, id) }
+
+// pendingTotal is how many connections g holds in their handshake.
+func (g *gateway) pendingTotal() int {
+	total, _ := g.ep.Admission().Pending()
+	return total
+}
 
 // dial connects to addr with conf (nil: plaintext); closed at cleanup.
 func dial(t *testing.T, addr string, conf *tls.Config) *transporttest.Conn {
@@ -646,7 +666,7 @@ func TestSupervisorRoutes(t *testing.T) {
 		{transport.SandboxesActor, &messages.Hello{Sandbox: "a"}, transport.ReasonTarget},
 		{sessionA, &messages.Hello{Sandbox: "a"}, transport.ReasonMessageType},
 		{transport.HelloActor, &messages.Heartbeat{Sandbox: "a"}, transport.ReasonMessageType},
-		{"future$1", &messages.SetPolicy{Sandbox: "a"}, transport.ReasonMessageType},
+		{wellFormedReply, &messages.SetPolicy{Sandbox: "a"}, transport.ReasonMessageType},
 	} {
 		before := g.refused.Get(tc.reason)
 		err := sup.Send(transporttest.Batch(g.pid(tc.target), tc.msg, nil), acceptWait)
@@ -759,7 +779,7 @@ func roundTrip(dir, gatewayAddr string) error {
 	}()
 	api := actor.NewPID(gatewayAddr, transport.APIActor)
 	for i := range 2 {
-		res, err := sys.Root.RequestFuture(api, &messages.ListRequest{}, waitFor).Result()
+		res, err := transport.Request(sys.Root, api, &messages.ListRequest{}, waitFor, transport.AnyGateway()).Result()
 		if err != nil {
 			return fmt.Errorf("request %d: %w (client refusals %d)", i, err, refused.Total())
 		}

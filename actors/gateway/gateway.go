@@ -240,8 +240,16 @@ func Run(ctx context.Context, cfg Config) error {
 		// "Cluster").
 		retries = nodeConnectRetries
 	}
+	// One Admission for the API and the relay listener: their caps on
+	// connections in their handshake, and their refusal log's bound, are
+	// the gateway's.
+	adm := transport.NewAdmission(transport.Limits{}, cfg.Refused, cfg.Log)
+	defer func() {
+		adm.FlushLog()
+		_ = adm.Close()
+	}()
 	rem, err := transport.Start(sys, transport.Config{Host: host, Port: port, Cert: pk.node,
-		Verifier: pk.verifier(peers...), Rules: rules, Log: cfg.Log, Refused: cfg.Refused, ConnectRetries: retries})
+		Verifier: pk.verifier(peers...), Rules: rules, Log: cfg.Log, Admission: adm, ConnectRetries: retries})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -287,7 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// and gives up on them too; their ids are well known to remote peers.
 	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
 	rootProps := treeProps(cfg.Log, counters, gaveUp, []child{
-		{"relay-listener", relay.ListenerProps(relayLn, cfg.Log)},
+		{"relay-listener", relay.ListenerProps(relayLn, adm, cfg.Log)},
 		{"sandboxes", sandbox.Props(env)},
 		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes,
 			auth: sandbox.Authority{Clients: pk, Self: pk.self, Log: cfg.Log}})},

@@ -30,6 +30,7 @@ import (
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/transport"
 	"github.com/stockade-dev/stockade/trust"
 )
 
@@ -88,15 +89,19 @@ type pending struct {
 }
 
 // ListenerProps returns the relay-listener actor's props. The listener
-// belongs to the caller (it survives a restart of the actor).
-func ListenerProps(ln net.Listener, log zerolog.Logger) *actor.Props {
+// belongs to the caller (it survives a restart of the actor). adm decides
+// which connections it takes (caps on those in their handshake, the
+// descriptor reserve), bounds each one's handshake and token line
+// (HandshakeTimeout), and counts and logs the refusals.
+func ListenerProps(ln net.Listener, adm *transport.Admission, log zerolog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &listener{ln: ln, log: log, byToken: map[string]*pending{}}
+		return &listener{ln: ln, adm: adm, log: log, byToken: map[string]*pending{}}
 	}, actor.WithReceiverMiddleware(supervise.PanicStack(log)))
 }
 
 type listener struct {
 	ln      net.Listener
+	adm     *transport.Admission
 	log     zerolog.Logger
 	byToken map[string]*pending
 	quit    chan struct{}
@@ -185,10 +190,17 @@ func (l *listener) start(ctx actor.Context) {
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
+			// Here, not in the connection's goroutine: what this
+			// listener holds is only what Admit let in.
+			done, ok := l.adm.Admit(c)
+			if !ok {
+				continue // closed, counted and logged
+			}
 			go func() {
-				tok, br, peer, err := readPreamble(c)
+				tok, br, peer, err := readPreamble(c, l.adm.HandshakeTimeout())
+				done()
 				if err != nil {
-					l.log.Warn().Err(err).Str("from", c.RemoteAddr().String()).Msg("relay: connection refused")
+					l.adm.HandshakeFailed(c, err)
 					_ = c.Close()
 					return
 				}
@@ -212,10 +224,10 @@ func (l *listener) stop() {
 }
 
 // readPreamble completes the TLS handshake (on a TLS connection: the
-// peer's identity) and reads the token line.
-func readPreamble(c net.Conn) (string, *bufio.Reader, trust.Identity, error) {
+// peer's identity) and reads the token line, both within timeout.
+func readPreamble(c net.Conn, timeout time.Duration) (string, *bufio.Reader, trust.Identity, error) {
 	var peer trust.Identity
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
 	if tc, ok := c.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/transport/transporttest"
 	"github.com/stockade-dev/stockade/trust"
 )
 
@@ -61,9 +63,16 @@ type relayWorld struct {
 	session  *actor.PID
 	addr     string
 	log      *testenv.Buffer
+	adm      *transport.Admission
 }
 
 func newRelayWorld(t *testing.T) *relayWorld {
+	t.Helper()
+	return newRelayWorldWith(t, transport.Limits{})
+}
+
+// newRelayWorldWith is newRelayWorld with the listener's limits.
+func newRelayWorldWith(t *testing.T, limits transport.Limits) *relayWorld {
 	t.Helper()
 	w := &relayWorld{pki: newPKI(t), sys: actor.NewActorSystem(), log: &testenv.Buffer{}}
 	log := zerolog.New(w.log)
@@ -82,11 +91,13 @@ func newRelayWorld(t *testing.T) *relayWorld {
 			}
 		}
 	}))
-	w.listener = w.sys.Root.Spawn(ListenerProps(ln, log))
+	w.adm = transport.NewAdmission(limits, nil, log)
+	w.listener = w.sys.Root.Spawn(ListenerProps(ln, w.adm, log))
 	t.Cleanup(func() {
 		_ = w.sys.Root.StopFuture(w.listener).Wait()
 		_ = tcp.Close()
 		w.sys.Shutdown()
+		_ = w.adm.Close()
 		if t.Failed() {
 			t.Logf("log:\n%s", w.log)
 		}
@@ -218,4 +229,52 @@ func TestRelayExpires(t *testing.T) {
 	if late := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct); !closed(late, 5*time.Second) {
 		t.Fatal("an expired token was admitted")
 	}
+}
+
+// TestRelayListenerBounded: local user 65534 holds the per-source cap of
+// silent connections at the relay listener; its next one is closed at
+// once and counted; the silent ones are closed when the handshake timeout
+// passes (counted too); a relay between a client and the sandbox's
+// supervisor (root's connections) is paired meanwhile.
+func TestRelayListenerBounded(t *testing.T) {
+	testenv.NeedRoot(t) // to make sockets of another user
+	w := newRelayWorldWith(t, transport.Limits{PendingPerSource: 2, HandshakeTimeout: time.Second})
+	var silent []net.Conn
+	for range 2 {
+		c, err := transporttest.DialAs(65534, w.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { total, _ := w.adm.Pending(); return total == 2 }, "the listener holds the 2 silent connections")
+	over, err := transporttest.DialAs(65534, w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	if !closed(over, 500*time.Millisecond) {
+		t.Fatal("uid 65534's 3rd connection is held over the per-source cap")
+	}
+	if n := w.adm.Refusals().Get(transport.ReasonPendingSource); n != 1 {
+		t.Fatalf("%s counted %d, want 1", transport.ReasonPendingSource, n)
+	}
+	ct, st := w.expect("box")
+	cl := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct)
+	sup := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "box"}, st)
+	if _, err := cl.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = sup.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(sup).ReadString('\n'); err != nil || line != "hello\n" {
+		t.Fatalf("the relay did not pair beside the silent connections: %q, %v", line, err)
+	}
+	for _, c := range silent {
+		if !closed(c, 5*time.Second) {
+			t.Fatal("a silent connection is held past the handshake timeout")
+		}
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return w.adm.Refusals().Get(transport.ReasonHandshakeTimeout) == 2 },
+		"the 2 timeouts are not counted (%d)", w.adm.Refusals().Get(transport.ReasonHandshakeTimeout))
 }

@@ -43,11 +43,17 @@ func allowed(ctx actor.Context, log zerolog.Logger, role trust.Role, name string
 	return transport.Authorize(ctx, log, role, name)
 }
 
+// supervisorID is the identity of this sandbox's supervisor: the only
+// peer whose answers the sandbox's requests to it take (transport.NewFuture).
+func (a *sandboxActor) supervisorID() trust.Identity {
+	return trust.Identity{Role: trust.RoleSupervisor, Name: a.name}
+}
+
 // relayReply asks to (a supervisor) and answers the current requester with
 // its Reply, or with an error naming what went wrong.
 func (a *sandboxActor) relayReply(ctx actor.Context, to *actor.PID, msg proto.Message, timeout time.Duration) {
 	requester := ctx.Sender()
-	f := ctx.RequestFuture(to, msg, timeout)
+	f := transport.Request(ctx, to, msg, timeout, a.supervisorID())
 	ctx.ReenterAfter(f, func(res any, err error) {
 		r, ok := res.(*messages.Reply)
 		switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // The sandboxes actor in a cluster (Env.Cluster set): it drives only the
@@ -251,9 +252,9 @@ func (a *sandboxesActor) relayToOwner(ctx actor.Context, api *actor.PID, owner, 
 	}
 	answers := make(chan result, 4)
 	send := func(wait time.Duration) {
-		f := actor.NewFuture(sys, wait)
+		f, replyTo := transport.NewFuture(sys, wait, trust.Identity{Role: trust.RoleGateway, Name: owner})
 		e := *env
-		e.Sender = f.PID()
+		e.Sender = replyTo
 		sys.Root.Send(api, &e)
 		go func() { res, err := f.Result(); answers <- result{res, err} }()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/policy/reason"
 	"github.com/stockade-dev/stockade/store"
+	"github.com/stockade-dev/stockade/transport"
 )
 
 // pushTimeout bounds how long `policy set` waits for the supervisor.
@@ -69,7 +70,7 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 		return
 	}
 	client := ctx.Sender()
-	f := ctx.RequestFuture(a.supRemote, a.setPolicy(), pushTimeout)
+	f := transport.Request(ctx, a.supRemote, a.setPolicy(), pushTimeout, a.supervisorID())
 	ctx.ReenterAfter(f, func(res any, err error) {
 		r, ok := res.(*messages.Reply)
 		switch {

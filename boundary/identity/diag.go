@@ -232,3 +232,37 @@ func recvNoAddr(fd int, p []byte, flags int) (int, error) {
 	}
 	return int(n), nil
 }
+
+// SocketOwners tells who owns the other end of a TCP connection this
+// process accepted, when that end is a socket of this network namespace
+// (a local process): one NETLINK_SOCK_DIAG socket and the resolver's own
+// exact lookup, one request per connection. A listener uses it to tell
+// local users apart, who all connect from 127.0.0.1. Safe for concurrent
+// use (lookups are serialised).
+type SocketOwners struct{ d *diagConn }
+
+// OpenSocketOwners opens the sock_diag socket, in the caller's network
+// namespace. It needs no privilege.
+func OpenSocketOwners() (*SocketOwners, error) {
+	d, err := openDiag()
+	if err != nil {
+		return nil, err
+	}
+	return &SocketOwners{d: d}, nil
+}
+
+// Owner returns the uid that owns the TCP socket whose local end is peer
+// and whose remote end is local: the peer's socket of a connection
+// accepted on local from peer. The error wraps ErrSocketNotFound when
+// this namespace has no such socket (the peer is on another host or in
+// another network namespace, or already closed).
+func (s *SocketOwners) Owner(peer, local netip.AddrPort) (uint32, error) {
+	r, err := s.d.lookup(peer, local)
+	if err != nil {
+		return 0, err
+	}
+	return r.uid, nil
+}
+
+// Close closes the sock_diag socket; later lookups fail.
+func (s *SocketOwners) Close() error { return s.d.close() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -138,10 +139,15 @@ func newLogger(cmd *cobra.Command) zerolog.Logger {
 // newLog is newLogger with its destination, for a boundary whose log sink
 // writes a batch of decision lines at once.
 func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
+	return newLogTo(cmd, os.Stderr)
+}
+
+// newLogTo is newLog writing to w (stderr, or a file the process rotates).
+func newLogTo(cmd *cobra.Command, w io.Writer) (zerolog.Logger, *logx.Out) {
 	level, _ := cmd.Flags().GetString("log-level")
 	format, _ := cmd.Flags().GetString("log-format")
 	pretty := format == "console" || (format == "auto" && term.IsTerminal(int(os.Stderr.Fd())))
-	out := logx.NewOut(os.Stderr, pretty)
+	out := logx.NewOut(w, pretty)
 	return logx.NewOn(out, level), out
 }
 
@@ -152,12 +158,23 @@ func newLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
 // exec would drop (signal handlers, files, listeners); it returns only
 // when there was nothing to do or the exec failed, which it logs.
 func newBoundaryLog(cmd *cobra.Command) (zerolog.Logger, *logx.Out) {
+	log, out, _ := newBoundaryLogTo(cmd, func() (io.Writer, error) { return os.Stderr, nil })
+	return log, out
+}
+
+// newBoundaryLogTo is newBoundaryLog writing to what open returns, called
+// after the exec (which would drop what it opened); its error is returned.
+func newBoundaryLogTo(cmd *cobra.Command, open func() (io.Writer, error)) (zerolog.Logger, *logx.Out, error) {
 	err := sysmon.Reexec()
-	log, out := newLog(cmd)
+	w, oerr := open()
+	if oerr != nil {
+		return zerolog.Logger{}, nil, oerr
+	}
+	log, out := newLogTo(cmd, w)
 	if err != nil {
 		log.Warn().Err(err).Msg("running with Go's default monitor thread")
 	}
-	return log, out
+	return log, out, nil
 }
 
 func runBoundary(cmd *cobra.Command, o serveOpts) error {

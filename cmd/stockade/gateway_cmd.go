@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stockade-dev/stockade/actors/gateway"
@@ -20,6 +22,8 @@ import (
 	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/sandbox/idrange"
+	"github.com/stockade-dev/stockade/internal/logfile"
+	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
@@ -180,15 +184,38 @@ type gatewayReady struct {
 	PID      int    `json:"pid"`
 }
 
+// newSupervisorLog is newBoundaryLog for a supervisor whose log is the
+// file path (its supervisor.log), rotated at supervisor.LogMaxBytes
+// keeping supervisor.LogKeep: stdout and stderr are made that file, at
+// start and at each rotation, so that the runtime's crash report and the
+// last line the process prints (which the gateway's driver reads) are in
+// the current file. An empty path logs to stderr.
+func newSupervisorLog(cmd *cobra.Command, path string) (zerolog.Logger, *logx.Out, error) {
+	if path == "" {
+		log, out := newBoundaryLog(cmd)
+		return log, out, nil
+	}
+	return newBoundaryLogTo(cmd, func() (io.Writer, error) {
+		f, err := logfile.OpenRotating(path, supervisor.LogMaxBytes, supervisor.LogKeep, int(os.Stdout.Fd()), int(os.Stderr.Fd()))
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+		return f, nil
+	})
+}
+
 func newSupervisorCmd() *cobra.Command {
-	var specPath string
+	var specPath, logFile string
 	cmd := &cobra.Command{
-		Use:    "supervisor --spec FILE",
+		Use:    "supervisor --spec FILE [--log-file FILE]",
 		Short:  "Run one sandbox (started by a gateway's driver)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, logOut := newBoundaryLog(cmd)
+			log, logOut, err := newSupervisorLog(cmd, logFile)
+			if err != nil {
+				return &exitError{exitFailure, err}
+			}
 			if err := supervisor.Run(context.Background(), specPath, log, supervisor.WithLogOut(logOut)); err != nil {
 				// A sandbox that cannot start: a status of its own, so the
 				// gateway does not retry (contract.ExitSupervisorCannotStart).
@@ -202,6 +229,7 @@ func newSupervisorCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&specPath, "spec", "", "the spec file the gateway wrote")
+	cmd.Flags().StringVar(&logFile, "log-file", "", "log to this file, rotated by size (stdout and stderr too); empty: stderr")
 	_ = cmd.MarkFlagRequired("spec")
 	return cmd
 }

@@ -190,7 +190,11 @@ func (d *Driver) Start(ctx context.Context, l driver.Launch) (driver.Proc, error
 		return nil, fmt.Errorf("driver: open supervisor log: %w", err)
 	}
 	defer out.Close()
-	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", filepath.Join(under, specRel)}, Out: out, Dir: filepath.Join(under, name)})
+	// The supervisor rotates its log (--log-file) and keeps its stdout and
+	// stderr on the current file; until it opens it, they are the file
+	// opened here.
+	logFile := filepath.Join(under, logRel)
+	h, err := Start(Spec{Binary: c.Binary, Args: []string{Marker, "--spec", filepath.Join(under, specRel), "--log-file", logFile}, Out: out, Dir: filepath.Join(under, name)})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,8 @@ import (
 )
 
 // TestDriverStartAdoptRemove: Start writes the spec (0600) and the
-// creation's log dir and starts the binary as `supervisor --spec FILE`;
+// creation's log dir and starts the binary as `supervisor --spec FILE
+// --log-file LOG` (it rotates its supervisor.log itself);
 // Adopt finds it by pid (and refuses a pid without the marker); Err ends
 // with the log's last line; Remove keeps the workspace only when asked.
 func TestDriverStartAdoptRemove(t *testing.T) {
@@ -48,7 +49,7 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 	}
 	log := filepath.Join(testenv.Path(t)(l.Logs("s", "a1")), contract.SupervisorLog)
 	deadline := time.Now().Add(5 * time.Second)
-	for b, _ := os.ReadFile(log); !strings.Contains(string(b), "fake supervisor supervisor --spec "+testenv.Path(t)(l.SpecFile("s"))); b, _ = os.ReadFile(log) {
+	for b, _ := os.ReadFile(log); !strings.Contains(string(b), "fake supervisor supervisor --spec "+testenv.Path(t)(l.SpecFile("s"))+" --log-file "+log); b, _ = os.ReadFile(log) {
 		if time.Now().After(deadline) {
 			t.Fatalf("supervisor log: %q", b)
 		}
