@@ -474,6 +474,9 @@ func TestClusterStartTogether(t *testing.T) {
 			go func() { defer wg.Done(); c.start(nd) }()
 		}
 		wg.Wait()
+		if t.Failed() { // a start failed (in its goroutine): no node to kill next round
+			t.FailNow()
+		}
 		after := c.waitAll("t", n, 30*time.Second, nil)
 		c.driven()
 		for name, k := range c.supervisorCount() {
