@@ -72,7 +72,9 @@ var markerLine = regexp.MustCompile(`stockade: (\d+) lines of output dropped in 
 // 1,000 lines/s, 10,000 at once). Throughout, workload.log and its rotated
 // files stay under the cap, each under its quarter; `get -o json` shows
 // the log's bytes (those on disk) and the lines dropped; `sandbox logs`
-// shows the markers with their counts and the output after the flood; a
+// shows the markers with their counts and the output after the flood
+// (printed 2 s after it: the pipe's last lines use up the line rate's
+// room, and a line printed at once would be dropped with them); a
 // `logs -f` started before the flood follows it across the rotations to
 // its end; the sandbox stays Ready, and exec and the boundary work during
 // the flood. Then a workload with no line rate but --io-bps 256K: the log
@@ -81,7 +83,7 @@ func TestLogFloodStaysBounded(t *testing.T) {
 	w := newWorld(t, 0)
 	eve := newElsewhere(t, w)
 	const capBytes = 256 << 10
-	s := w.create("flood", `echo before-flood; sleep 1; timeout 10 yes; echo after-flood; echo done > /sandbox/flood-done; exec sleep 1000`,
+	s := w.create("flood", `echo before-flood; sleep 1; timeout 10 yes; sleep 2; echo after-flood; echo done > /sandbox/flood-done; exec sleep 1000`,
 		"--log-size", "256K")
 	f := eve.follow("flood", "-f")
 	f.waitLine(t, "out: before-flood", 15*time.Second)

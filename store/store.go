@@ -36,6 +36,24 @@ var ErrNotFound = errors.New("no such sandbox")
 // the store as it is, and nothing acts on it.
 var ErrInvalid = errors.New("refused: not a record this gateway writes")
 
+// PartialListError is what List returns beside the records it could read
+// when some it could not (unreadable, or refused: ErrInvalid): one error
+// per such record, each naming it. The list itself was read.
+type PartialListError struct{ Errs []error }
+
+func (e *PartialListError) Error() string { return errors.Join(e.Errs...).Error() }
+
+// Unwrap returns the records' errors.
+func (e *PartialListError) Unwrap() []error { return e.Errs }
+
+// PartialList returns nil for no errors, else a *PartialListError.
+func PartialList(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return &PartialListError{Errs: errs}
+}
+
 // ErrConflict is wrapped by Put and Delete when the stored record's
 // revision is not the one the caller read: someone else wrote it since
 // (another actor, another node). Nothing was written.
@@ -267,7 +285,7 @@ func (s *Store) List(_ context.Context) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: list: %w", s.path, err)
 	}
-	return recs, errors.Join(errs...)
+	return recs, PartialList(errs)
 }
 
 // Decode reads a record as every Store writes it (JSON), stored under key

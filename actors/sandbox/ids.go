@@ -101,13 +101,15 @@ func (a *sandboxActor) workspaceRange(pool idrange.Range) (idrange.Range, bool) 
 }
 
 // usedRanges are the ranges of the store's other records (bounded by
-// storeTimeout). Records it cannot read are missing: the host's claims
-// still keep their ranges from being given twice on this host.
+// storeTimeout). Records it cannot read, or refuses (store.ErrInvalid:
+// never driven), are missing: the host's claims still keep their ranges
+// from being given twice on this host.
 func (a *sandboxActor) usedRanges() ([]idrange.Range, error) {
 	ctx, cancel := bounded(storeTimeout)
 	recs, err := a.env.Store.List(ctx)
 	cancel()
-	if err != nil && len(recs) == 0 {
+	var partial *store.PartialListError
+	if err != nil && !errors.As(err, &partial) {
 		return nil, errdefs.Unavailable("sandbox %s: host id range: list the records: %w", a.name, err)
 	}
 	var used []idrange.Range

@@ -238,7 +238,7 @@ func (s *Store) List(ctx context.Context) ([]store.Record, error) {
 		}
 		recs = append(recs, rec)
 	}
-	return recs, errors.Join(errs...)
+	return recs, store.PartialList(errs)
 }
 
 func (s *Store) errorf(op, name string, err error) error {
