@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sync"
@@ -35,6 +36,7 @@ type config struct {
 	bounded  bool
 	noEvents bool
 	records  ConnectRecords
+	tamper   *tamperCheck
 }
 
 // WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
@@ -110,6 +112,10 @@ type Netlink struct {
 	// byRecord and byDiag count the connections identified each way
 	// (Sources).
 	byRecord, byDiag atomic.Uint64
+	// seed keys candidatesHash.
+	seed maphash.Seed
+	// tamper: what Tampered judges (WithTamperCheck; nil: nothing).
+	tamper *tamperCheck
 }
 
 // Sources counts the connections a Netlink resolver identified, by where
@@ -151,7 +157,8 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted}
+	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted,
+		seed: maphash.MakeSeed(), tamper: c.tamper}
 	// Records number processes as the host does: usable with the host's
 	// /proc only (not a sandbox's proc mount, WithProcRoot).
 	if c.records != nil && c.procRoot == "/proc" {
@@ -354,7 +361,11 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 		ev.sync(r.proc.t, w, mark)
 	}
 	if r.records != nil {
-		if id, ok := r.fromRecord(client, server); ok {
+		id, ok, err := r.fromRecord(client, server)
+		if err != nil {
+			return Identity{}, err
+		}
+		if ok {
 			r.byRecord.Add(1)
 			return id, nil
 		}
@@ -369,10 +380,11 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	var (
 		ref    fdRef
 		h      *procHandle
-		others []int // other holders (bounded candidates only)
+		others []int  // other holders (bounded candidates only)
+		cands  uint64 // the candidates' sum (bounded candidates only)
 	)
 	if r.bounded {
-		ref, h, others, err = r.holders(d.inode)
+		ref, h, others, cands, err = r.holders(d.inode)
 	} else {
 		ref, h, err = r.owner(d.inode)
 	}
@@ -383,7 +395,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	h.remember(ref.fd, d.inode, true, r.proc.t.resolved.mark(d.inode))
 	// The holding was read through h: what is read next through it is
 	// about the same process, even if its pid has been reused since.
-	exe, err := r.proc.t.exe(h)
+	exe, start, ex, err := r.proc.describe(h)
 	if err != nil {
 		r.cache.forget(d.inode)
 		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
@@ -391,7 +403,8 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
 	r.byDiag.Add(1)
-	return r.withHolders(Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}, others), nil
+	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode, Start: start, Exec: ex, cands: cands}
+	return r.withHolders(id, others), nil
 }
 
 // withHolders adds the other holders of id's socket (others, pids of
@@ -399,14 +412,21 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 // is left out.
 func (r *Netlink) withHolders(id Identity, others []int) Identity {
 	for _, pid := range others {
-		exe, err := r.proc.exe(pid)
+		var h Holder
+		err := r.proc.withHandle(pid, func(held *procHandle) (err error) {
+			h.Exe, h.Start, h.Exec, err = r.proc.describe(held)
+			if err == nil {
+				h.Pid, h.Ancestors = pid, r.proc.ancestorsOf(held)
+			}
+			return err
+		})
 		if err != nil {
 			continue // exited meanwhile
 		}
 		if id.Holders == nil {
-			id.Holders = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors}}
+			id.Holders = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors, Start: id.Start, Exec: id.Exec}}
 		}
-		id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
+		id.Holders = append(id.Holders, h)
 	}
 	return id
 }
@@ -420,7 +440,7 @@ func (r *Netlink) withHolders(id Identity, others []int) Identity {
 // caller releases it), as owner does. The trusted process (WithTrusted) is
 // not read, nor is a quiet one (quiet.go) whose descriptors, read when it
 // was last off every CPU, held no such socket.
-func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
+func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, uint64, error) {
 	var h *procHandle
 	owner, cached := r.cache.get(inode)
 	if cached {
@@ -431,8 +451,9 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 	pids, err := r.candidates()
 	if err != nil {
 		r.proc.t.release(h, false)
-		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
+		return fdRef{}, nil, nil, 0, fmt.Errorf("candidate pids: %w", err)
 	}
+	sum := r.candidatesHash(pids)
 	pids = r.newestFirst(pids)
 	if !cached {
 		for _, pid := range r.cache.recent() {
@@ -461,9 +482,9 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		return cached
 	})
 	if !cached {
-		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+		return fdRef{}, nil, nil, 0, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 	}
-	return owner, h, others, nil
+	return owner, h, others, sum, nil
 }
 
 // scanCandidates scans each of pids but skip for inode, in the owner
