@@ -3,7 +3,6 @@ package identity
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,26 +16,6 @@ func hostReadOnly() []string {
 	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"}
 }
 
-// preloadLib builds a shared library (gcc) in dir whose constructor does
-// nothing: loaded with LD_PRELOAD it is code of the workload's inside the
-// process that loads it.
-func preloadLib(t *testing.T, dir string) string {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		unavailable(t, "gcc not installed: %v", err)
-	}
-	src := filepath.Join(dir, "pre.c")
-	if err := os.WriteFile(src, []byte("__attribute__((constructor)) static void pre(void) {}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lib := filepath.Join(dir, "libpre.so")
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return lib
-}
-
 // TestTamperedPreload plays a workload that preloads a library of its
 // own (from a path it can write) into a process: Tampered names the
 // process and the library; a clean process is vouched for; and a
@@ -44,7 +23,7 @@ func preloadLib(t *testing.T, dir string) string {
 // again with the library preloaded, it is tampered.
 func TestTamperedPreload(t *testing.T) {
 	dir := t.TempDir()
-	lib := preloadLib(t, dir)
+	lib := testenv.PreloadLib(t, dir)
 	ln := listen(t, "tcp4", "127.0.0.1:0")
 	policy := TamperPolicy{ReadOnly: hostReadOnly(), Writable: []string{dir}}
 	r := newResolver(t, WithTamperCheck(policy))
