@@ -140,6 +140,9 @@ type Spec struct {
 	// NoSeccomp runs the workload without its seccomp filter: for the
 	// benchmark that measures the filter's cost only, never in service.
 	NoSeccomp bool
+	// AllowPtrace lets the seccomp filter allow ptrace, process_vm_readv
+	// and process_vm_writev (the policy's stockade.allow_ptrace).
+	AllowPtrace bool
 	// Cgroup, when set, is called with init's host pid right after init
 	// starts and before it starts anything: it moves init (and so every
 	// process of the sandbox) into the sandbox's cgroup. An error fails
@@ -167,6 +170,7 @@ type stageConfig struct {
 	ResolvConf        string   `json:"resolv_conf"`
 	TmpfsBytes        int64    `json:"tmpfs_bytes,omitempty"`
 	NoSeccomp         bool     `json:"no_seccomp,omitempty"`
+	AllowPtrace       bool     `json:"allow_ptrace,omitempty"`
 	// ParentProxy: the parent made the proxy listener in init's network
 	// namespace (proxyListenerIn); init makes and passes the other three.
 	ParentProxy bool `json:"parent_proxy,omitempty"`
@@ -214,6 +218,7 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 		NoSeccomp:  s.NoSeccomp,
 		ResolvConf: orDefault(s.ResolvConf, DefaultResolvConf),
 	}
+	cfg.AllowPtrace = s.AllowPtrace
 	if cfg.Mode == 0 {
 		cfg.Mode = BestEffort
 	}
