@@ -303,15 +303,17 @@ func (a *connActor) bindIdentity(who identity.Identity, err error) bool {
 	if err == nil && a.b.rechecker != nil {
 		err = a.b.rechecker.Recheck(context.Background(), who)
 	}
-	var changed *identity.ChangedError
-	switch {
-	case err == nil:
+	if err == nil {
 		a.who = who
 		return true
-	case errors.As(err, &changed):
+	}
+	// Declared here, not above: errors.As takes its address, which would
+	// put it on the heap for every connection.
+	var changed *identity.ChangedError
+	if errors.As(err, &changed) {
 		a.who = changed.Now
 		a.deny(reason.BinaryChanged, "-", "", 0, changed.Msg)
-	default:
+	} else {
 		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
 	}
 	return false

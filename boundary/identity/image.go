@@ -156,43 +156,55 @@ func (r *Netlink) Recheck(ctx context.Context, id Identity) error {
 		}
 		ev.sync(r.proc.t, w, nil)
 	}
-	procs := id.Holders
-	if len(procs) == 0 {
-		procs = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors, Start: id.Start, Exec: id.Exec}}
-	}
+	var one [1]Holder
+	procs := processesOf(id, &one)
 	for _, p := range procs {
 		if !p.Exec.Known() {
 			continue // not read at the lookup (a resolver's fake, or endpoint-only)
 		}
-		var now Identity
-		err := r.proc.withHandle(p.Pid, func(h *procHandle) error {
-			exe, start, e, err := r.proc.describe(h)
-			if err != nil {
+		var (
+			start time.Duration
+			e     Exec
+			now   Identity // read only when something changed
+		)
+		err := r.proc.withHandle(p.Pid, func(h *procHandle) (err error) {
+			if start, err = r.proc.t.start(h); err != nil {
 				return err
 			}
-			now = Identity{Pid: p.Pid, Exe: exe, Ancestors: r.proc.ancestorsOf(h), UID: id.UID, Socket: id.Socket, Start: start, Exec: e}
-			return nil
+			if e, err = r.proc.t.exec(h); err != nil {
+				return err
+			}
+			if start != p.Start || !sameExec(e, p.Exec) {
+				now = Identity{Pid: p.Pid, Ancestors: r.proc.ancestorsOf(h), UID: id.UID, Socket: id.Socket, Start: start, Exec: e}
+				now.Exe, err = r.proc.t.exe(h)
+			}
+			return err
 		})
 		switch {
 		case err != nil && exited(err):
 			return &ChangedError{Now: id, Msg: fmt.Sprintf("pid %d (%s) exited before its request was complete", p.Pid, p.Exe)}
 		case err != nil:
 			return fmt.Errorf("identity: recheck pid %d: %w", p.Pid, err)
-		case now.Start != p.Start:
+		case start != p.Start:
 			return &ChangedError{Now: now, Msg: fmt.Sprintf("pid %d (%s) exited before its request was complete; the pid is %s's now", p.Pid, p.Exe, now.Exe)}
-		case !sameExec(now.Exec, p.Exec):
+		case !sameExec(e, p.Exec):
 			return &ChangedError{Now: now, Msg: fmt.Sprintf("pid %d was %s when the connection was accepted and executed %s before the request was complete", p.Pid, p.Exe, now.Exe)}
 		}
 	}
 	if !r.bounded || id.Socket == 0 || id.cands == 0 {
 		return nil
 	}
-	pids, err := r.candidates()
+	if r.cands != nil {
+		if sum, ok := r.cands.keptSum(); ok && sum == id.cands {
+			return nil // no process came or went: none can have taken the socket
+		}
+	}
+	pids, sum, err := r.candidates()
 	if err != nil {
 		return fmt.Errorf("identity: recheck: candidate pids: %w", err)
 	}
-	if r.candidatesHash(pids) == id.cands {
-		return nil // no process came or went: none can have taken the socket
+	if sum == id.cands {
+		return nil
 	}
 	known := make([]int, 0, len(procs))
 	for _, p := range procs {
@@ -218,6 +230,16 @@ func (r *Netlink) Recheck(ctx context.Context, id Identity) error {
 	return nil
 }
 
+// processesOf returns id's processes: its holders, or (one holder) its
+// owner in *one.
+func processesOf(id Identity, one *[1]Holder) []Holder {
+	if len(id.Holders) > 0 {
+		return id.Holders
+	}
+	one[0] = Holder{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors, Start: id.Start, Exec: id.Exec}
+	return one[:]
+}
+
 func orUnknown(exe string) string {
 	if exe == "" {
 		return "exe unknown"
@@ -225,16 +247,17 @@ func orUnknown(exe string) string {
 	return exe
 }
 
-// candidatesHash sums a candidate list whatever its order (never 0).
-func (r *Netlink) candidatesHash(pids []int) uint64 {
-	s := slices.Clone(pids)
-	slices.Sort(s)
+// sumPids sums a candidate list whatever its order (never 0): two lists
+// of the same pids have the same sum. It sorts pids (every caller's list
+// is its own copy).
+func sumPids(seed maphash.Seed, pids []int) uint64 {
+	slices.Sort(pids)
 	var (
 		h   maphash.Hash
 		buf [8]byte
 	)
-	h.SetSeed(r.seed)
-	for _, p := range s {
+	h.SetSeed(seed)
+	for _, p := range pids {
 		binary.NativeEndian.PutUint64(buf[:], uint64(p))
 		_, _ = h.Write(buf[:])
 	}

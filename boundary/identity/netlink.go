@@ -201,7 +201,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		r.pids = r.proc.allPids
 	}
 	if r.bounded && r.proc.t.events != nil {
-		r.cands = &candidateCache{}
+		r.cands = &candidateCache{seed: r.seed}
 	}
 	switch {
 	case !r.bounded:
@@ -220,8 +220,10 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 // of its processes, so the list holds until a candidate forks a process or
 // one exits, or events are lost: then the next lookup lists them again.
 type candidateCache struct {
+	seed  maphash.Seed
 	mu    sync.Mutex
 	pids  []int
+	sum   uint64 // sumPids of pids
 	valid bool
 	epoch uint64
 }
@@ -239,27 +241,35 @@ func (c *candidateCache) invalidateIf(pid int) {
 	}
 }
 
-// list returns the candidates: the kept list, or list() read now (and kept
-// if no event changed the set meanwhile).
-func (c *candidateCache) list(read func() ([]int, error)) ([]int, error) {
+// list returns the candidates and their sum (sumPids): the kept list, or
+// list() read now (and kept if no event changed the set meanwhile).
+func (c *candidateCache) list(read func() ([]int, error)) ([]int, uint64, error) {
 	c.mu.Lock()
 	if c.valid {
-		pids := slices.Clone(c.pids)
+		pids, sum := slices.Clone(c.pids), c.sum
 		c.mu.Unlock()
-		return pids, nil
+		return pids, sum, nil
 	}
 	epoch := c.epoch
 	c.mu.Unlock()
 	pids, err := read()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	sum := sumPids(c.seed, pids)
 	c.mu.Lock()
 	if c.epoch == epoch {
-		c.pids, c.valid = slices.Clone(pids), true
+		c.pids, c.sum, c.valid = slices.Clone(pids), sum, true
 	}
 	c.mu.Unlock()
-	return pids, nil
+	return pids, sum, nil
+}
+
+// keptSum returns the kept list's sum; ok is false when no list is kept.
+func (c *candidateCache) keptSum() (sum uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sum, c.valid
 }
 
 // ProcEvents returns nil when the kernel's process events vouch for cached
@@ -448,12 +458,11 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, uint64, erro
 			r.cache.forget(inode)
 		}
 	}
-	pids, err := r.candidates()
+	pids, sum, err := r.candidates()
 	if err != nil {
 		r.proc.t.release(h, false)
 		return fdRef{}, nil, nil, 0, fmt.Errorf("candidate pids: %w", err)
 	}
-	sum := r.candidatesHash(pids)
 	pids = r.newestFirst(pids)
 	if !cached {
 		for _, pid := range r.cache.recent() {
@@ -511,13 +520,17 @@ func (r *Netlink) scanCandidates(pids []int, inode uint32, skip int, found func(
 	}
 }
 
-// candidates lists the bounded candidates: the cached list while process
-// events vouch for it, else read anew.
-func (r *Netlink) candidates() ([]int, error) {
+// candidates lists the bounded candidates, with their sum (sumPids): the
+// cached list while process events vouch for it, else read anew.
+func (r *Netlink) candidates() ([]int, uint64, error) {
 	if r.cands != nil {
 		return r.cands.list(r.pids)
 	}
-	return r.pids()
+	pids, err := r.pids()
+	if err != nil {
+		return nil, 0, err
+	}
+	return pids, sumPids(r.seed, pids), nil
 }
 
 // newestFirst returns a copy of pids ordered from the most to the least

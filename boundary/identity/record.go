@@ -120,7 +120,7 @@ func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
 	if c.Inode == 0 || (c.Pid == r.trusted && c.Pid != 0) {
 		return Identity{}, false
 	}
-	pids, err := r.candidates()
+	pids, sum, err := r.candidates()
 	if err != nil || !slices.Contains(pids, c.Pid) {
 		return Identity{}, false
 	}
@@ -128,7 +128,7 @@ func (r *Netlink) fromRecordHeld(c Connector) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	id.cands = r.candidatesHash(pids)
+	id.cands = sum
 	// Descending, not by the pid cursor (holders): the order only lists
 	// the other holders, the connector being the owner.
 	slices.Sort(pids)

@@ -91,11 +91,8 @@ func (r *Netlink) Tampered(id Identity) (*Tampering, error) {
 	if r.tamper == nil {
 		return nil, nil
 	}
-	procs := id.Holders
-	if len(procs) == 0 {
-		procs = []Holder{{Pid: id.Pid, Exe: id.Exe, Start: id.Start, Exec: id.Exec}}
-	}
-	for _, p := range procs {
+	var one [1]Holder
+	for _, p := range processesOf(id, &one) {
 		var why string
 		err := r.proc.withHandle(p.Pid, func(h *procHandle) error {
 			start, err := r.proc.t.start(h)
@@ -193,7 +190,7 @@ func parseTracerPid(b []byte) (int, error) {
 	}
 	n, ok := atoiBytes(bytes.TrimSpace(rest))
 	if !ok {
-		return 0, fmt.Errorf("TracerPid %q: %w", rest, errMalformedStat)
+		return 0, fmt.Errorf("TracerPid %q: %w", string(rest), errMalformedStat) // a copy: b stays on its caller's stack
 	}
 	return n, nil
 }
