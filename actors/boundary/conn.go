@@ -174,6 +174,7 @@ func (a *connActor) serve(ctx actor.Context) {
 	a.step = stepIdentity
 	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
 	who, panicked, idErr := a.identifyAtAccept(local, remote)
+	a.who = who // so that its end is told (tellEnded) whatever follows
 	a.step = stepRead
 	_ = a.conn.SetReadDeadline(time.Now().Add(cfg.HeaderTimeout))
 	req, err := a.b.readers.ReadRequest(a.conn)
