@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,11 +86,39 @@ func (r *Netlink) fromRecord(client, server netip.AddrPort) (Identity, bool, err
 	if !ok {
 		return Identity{}, false, nil
 	}
-	if c.Exec.Known() && !sameExec(c.Exec, id.Exec) {
+	if c.Exec.Known() && !sameExec(c.Exec, id.Exec) && !r.sameAddresses(c.Exec, id) {
 		return Identity{}, false, &ChangedError{Now: id, Msg: fmt.Sprintf("pid %d executed %s after it connected: the program that made the connection is not the one running now", id.Pid, id.Exe)}
 	}
 	return id, true, nil
 }
+
+// sameAddresses reports whether a record's Exec and id's, whose files
+// differ, were taken of one exec all the same: stat may number an
+// executable otherwise than the kernel does (a file of an overlayfs whose
+// layers are on different filesystems), while the code and stack
+// addresses are the kernel's own on both sides, and differ between two
+// execs wherever the address space is randomized: the host's
+// kernel.randomize_va_space, and the process's personality without
+// ADDR_NO_RANDOMIZE (the workload's seccomp filter refuses setting it).
+// Read only when the files differ.
+func (r *Netlink) sameAddresses(rec Exec, id Identity) bool {
+	if rec.Code == 0 || rec.Stack == 0 || rec.Code != id.Exec.Code || rec.Stack != id.Exec.Stack {
+		return false
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/randomize_va_space")
+	if err != nil || strings.TrimSpace(string(b)) == "0" {
+		return false
+	}
+	b, err = os.ReadFile(r.proc.path(id.Pid, "personality"))
+	if err != nil {
+		return false
+	}
+	pers, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 32)
+	return err == nil && pers&addrNoRandomize == 0
+}
+
+// addrNoRandomize is ADDR_NO_RANDOMIZE (linux/personality.h).
+const addrNoRandomize = 0x0040000
 
 // connector identifies the recorded connector: its exe, ancestors, start
 // and what it runs now, read through a handle on a process that lives

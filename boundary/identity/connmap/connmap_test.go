@@ -134,15 +134,16 @@ func TestRecordsEachFamily(t *testing.T) {
 	t.Run("no-inode", func(t *testing.T) { recordsEachFamily(t, open(t, withoutInode()), false) })
 }
 
-// ownExec is this process's Exec as /proc shows it: its executable's
-// device and inode, and the code and stack addresses of its stat.
-func ownExec(t *testing.T) identity.Exec {
+// execOf is the Exec of process pid ("self": this one) as /proc shows
+// it: its executable's device and inode, and the code and stack addresses
+// of its stat.
+func execOf(t *testing.T, pid string) identity.Exec {
 	t.Helper()
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &st); err != nil {
+	if err := unix.Stat("/proc/"+pid+"/exe", &st); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("/proc/self/stat")
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func recordsEachFamily(t *testing.T, m *Map, inodes bool) {
 			}
 			var exec identity.Exec
 			if inodes {
-				exec = ownExec(t)
+				exec = execOf(t, "self")
 			}
 			if got.Pid != os.Getpid() || got.UID != uint32(os.Getuid()) || got.At < before || got.At > after || got.Inode != inode || got.Exec != exec {
 				t.Fatalf("record %+v, want pid %d uid %d at in [%s, %s] inode %d exec %+v", got, os.Getpid(), os.Getuid(), before, after, inode, exec)
@@ -443,6 +444,95 @@ func TestExecAfterConnectIsSeen(t *testing.T) {
 		var ch *identity.ChangedError
 		if !errors.As(err, &ch) || ch.Now.Pid != pid || ch.Now.Exe != sleep {
 			t.Fatalf("bounded %v: %+v, %v; want a ChangedError naming pid %d running %s", bounded, id, err, pid, sleep)
+		}
+	}
+}
+
+// oneRecord answers one recorded connector, once.
+type oneRecord struct {
+	c    identity.Connector
+	used bool
+}
+
+func (o *oneRecord) Take(uint64, netip.AddrPort, netip.AddrPort) (identity.Connector, bool, error) {
+	if o.used {
+		return identity.Connector{}, false, nil
+	}
+	o.used = true
+	return o.c, true, nil
+}
+
+// TestOverlayExecutable: a program run from an overlayfs whose layers are
+// on different filesystems is numbered otherwise by the kernel (the
+// record) than by stat: its connection is still identified from its
+// record (the code and stack addresses are the kernel's on both sides),
+// and an exec of another program from the same overlay after the connect
+// is still seen.
+func TestOverlayExecutable(t *testing.T) {
+	m := open(t)
+	if err := errors.Join(m.InodeErr(), m.ImageErr()); err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
+	lower, upper := t.TempDir(), t.TempDir()
+	if err := unix.Mount("tmpfs", upper, "tmpfs", 0, "size=1m"); err != nil {
+		testenv.Unavailable(t, "tmpfs for the overlay's upper layer: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(upper, unix.MNT_DETACH) })
+	for _, name := range []string{"bash", "sleep"} {
+		b, err := os.ReadFile(tool(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(lower, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merged := t.TempDir()
+	for _, d := range []string{"up", "work"} {
+		if err := os.Mkdir(filepath.Join(upper, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + filepath.Join(upper, "up") + ",workdir=" + filepath.Join(upper, "work")
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		testenv.Unavailable(t, "overlayfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	bash, sleep := filepath.Join(merged, "bash"), filepath.Join(merged, "sleep")
+	ln, port := loopback(t)
+	for _, execs := range []bool{false, true} {
+		cmd, stdin, s, pid := connectChild(t, ln, bash, `exec 3<>/dev/tcp/127.0.0.1/$0; echo $$; read -r _; exec "$1" 30`, port, sleep)
+		client, server := ends(s)
+		c, ok, err := m.Take(netnsOf(t, s), client, server)
+		if !ok || err != nil {
+			t.Fatalf("no record of the overlay's bash: %v", err)
+		}
+		if now := execOf(t, strconv.Itoa(pid)); now.Dev == c.Exec.Dev && now.Ino == c.Exec.Ino {
+			testenv.Unavailable(t, "the kernel numbers the overlay's files as stat does here (%+v)", now)
+		}
+		want := bash
+		if execs {
+			_, _ = stdin.Write([]byte("go\n"))
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+				return exe == sleep
+			}, "the child to execute %s", sleep)
+			want = sleep
+		}
+		r, err := identity.NewNetlink(identity.WithConnectRecords(&oneRecord{c: c}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := r.Resolve(context.Background(), server, client)
+		_ = r.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		var ch *identity.ChangedError
+		switch {
+		case !execs && (err != nil || id.Pid != pid || id.Exe != bash):
+			t.Fatalf("the overlay's bash: %+v, %v; want it identified from its record", id, err)
+		case execs && (!errors.As(err, &ch) || ch.Now.Exe != want):
+			t.Fatalf("after an exec of %s: %+v, %v; want a ChangedError naming it", want, id, err)
 		}
 	}
 }
