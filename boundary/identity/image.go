@@ -210,24 +210,23 @@ func (r *Netlink) Recheck(ctx context.Context, id Identity) error {
 	for _, p := range procs {
 		known = append(known, p.Pid)
 	}
-	var found *Holder
+	var others []int
 	r.scanCandidates(r.newestFirst(pids), id.Socket, -1, func(pid, _ int, held *procHandle) bool {
-		defer r.proc.t.release(held, false)
-		if found != nil || slices.Contains(known, pid) {
-			return false
-		}
-		found = &Holder{Pid: pid}
-		if held != nil {
-			found.Exe, _ = r.proc.t.exe(held)
+		r.proc.t.release(held, false)
+		if !slices.Contains(known, pid) {
+			others = append(others, pid)
 		}
 		return false
 	})
-	if found != nil {
-		now := id
-		now.Holders = append(slices.Clone(procs), *found)
-		return &ChangedError{Now: now, Msg: fmt.Sprintf("pid %d (%s) holds the socket since the connection was accepted", found.Pid, orUnknown(found.Exe))}
+	if len(others) == 0 {
+		return nil
 	}
-	return nil
+	now := r.withHolders(id, others)
+	pid, exe := others[0], "exe unknown: it exited since"
+	if h := now.Holders; len(h) > len(procs) {
+		pid, exe = h[len(procs)].Pid, h[len(procs)].Exe
+	}
+	return &ChangedError{Now: now, Msg: fmt.Sprintf("pid %d (%s) holds the socket since the connection was accepted", pid, exe)}
 }
 
 // processesOf returns id's processes: its holders, or (one holder) its
@@ -238,13 +237,6 @@ func processesOf(id Identity, one *[1]Holder) []Holder {
 	}
 	one[0] = Holder{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors, Start: id.Start, Exec: id.Exec}
 	return one[:]
-}
-
-func orUnknown(exe string) string {
-	if exe == "" {
-		return "exe unknown"
-	}
-	return exe
 }
 
 // sumPids sums a candidate list whatever its order (never 0): two lists

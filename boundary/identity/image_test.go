@@ -217,12 +217,18 @@ func TestRecheck(t *testing.T) {
 			})
 			t.Run("a new holder", func(t *testing.T) {
 				p, r, id := start()
-				p.run(t, sleep+" 30 & echo $! >&2", "ok")
+				p.run(t, sleep+" 30 &", "ok")
+				var child int
 				testenv.Eventually(t, 10*time.Second, func() bool {
 					pids, _ := p.group()
-					return len(pids) >= 2
-				}, "the puppet's child")
-				changed(t, r, id, "holds the socket since the connection was accepted")
+					for _, pid := range pids {
+						if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); exe == sleep {
+							child = pid
+						}
+					}
+					return child != 0
+				}, "the puppet's child to run %s", sleep)
+				changed(t, r, id, fmt.Sprintf("pid %d (%s) holds the socket since the connection was accepted", child, sleep))
 			})
 			t.Run("exit", func(t *testing.T) {
 				p, r, id := start()
