@@ -21,8 +21,12 @@ const maxNodes = 200_000
 
 // Valid keys per section, in the order error messages list them.
 func topKeys() []string {
-	return []string{"version", "filesystem_policy", "landlock", "process", "network_policies", "network_middlewares"}
+	return []string{"version", "filesystem_policy", "landlock", "process", "network_policies", "network_middlewares", "stockade"}
 }
+
+// stockadeKeys are the keys of the "stockade" section: stockade's own
+// extensions, which OpenShell's schema does not have.
+func stockadeKeys() []string { return []string{"allow_ptrace"} }
 
 func filesystemKeys() []string { return []string{"include_workdir", "read_only", "read_write"} }
 func landlockKeys() []string   { return []string{"compatibility"} }
@@ -270,6 +274,13 @@ func (p *parser) parse(data []byte) *Policy {
 			p.mapping(v, "network_policies", nil, func(key string, k, v *yaml.Node) {
 				if np := p.networkPolicy(key, k, v); np != nil {
 					pol.NetworkPolicies = append(pol.NetworkPolicies, np)
+				}
+			})
+		case "stockade":
+			p.mapping(v, "stockade", stockadeKeys(), func(_ string, k, v *yaml.Node) {
+				if b, ok := p.boolean(v, "stockade.allow_ptrace"); ok {
+					pol.Stockade.AllowPtrace = b
+					pol.Stockade.AllowPtraceAt = Position{Line: k.Line, Col: k.Column}
 				}
 			})
 		case "network_middlewares":

@@ -60,7 +60,14 @@ network_policies:
 	}, {
 		name: "unknown top-level key",
 		src:  "version: 1\nnetwrok_policies: {}\n",
-		want: []at{{2, "netwrok", `unknown key "netwrok_policies" in policy; valid keys: version, filesystem_policy, landlock, process, network_policies, network_middlewares; did you mean "network_policies"?`}},
+		want: []at{{2, "netwrok", `unknown key "netwrok_policies" in policy; valid keys: version, filesystem_policy, landlock, process, network_policies, network_middlewares, stockade; did you mean "network_policies"?`}},
+	}, {
+		name: "stockade extension: unknown key, wrong type",
+		src:  "version: 1\nstockade:\n  allow_ptrace: yes please\n  allow_ptraces: true\n",
+		want: []at{
+			{3, "yes please", "stockade.allow_ptrace: want true or false"},
+			{4, "allow_ptraces", `unknown key "allow_ptraces" in stockade; valid keys: allow_ptrace; did you mean "allow_ptrace"?`},
+		},
 	}, {
 		name: "wrong types",
 		src: `version: "1"
@@ -385,6 +392,29 @@ network_policies:
 	}
 	if len(pol.Middlewares) != 1 || pol.Middlewares[0].Key != "guard" {
 		t.Errorf("middlewares = %+v", pol.Middlewares)
+	}
+}
+
+// TestStockadeExtensions: the "stockade" section (stockade's own keys)
+// sets allow_ptrace where the file says so, and only there; a policy
+// without it denies ptrace (the zero value).
+func TestStockadeExtensions(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want Extensions
+	}{
+		{"version: 1\n", Extensions{}},
+		{"version: 1\nstockade:\n  allow_ptrace: true\n", Extensions{AllowPtrace: true, AllowPtraceAt: Position{Line: 3, Col: 3}}},
+		{"version: 1\nstockade: { allow_ptrace: false }\n", Extensions{AllowPtraceAt: Position{Line: 2, Col: 13}}},
+		{"version: 1\nstockade: {}\n", Extensions{}},
+	} {
+		pol, err := Parse("x.yaml", []byte(tc.src))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		if pol.Stockade != tc.want {
+			t.Errorf("%q: %+v, want %+v", tc.src, pol.Stockade, tc.want)
+		}
 	}
 }
 

@@ -23,6 +23,8 @@ type Policy struct {
 	NetworkPolicies []*NetworkPolicy
 	// Middlewares are network_middlewares entries, kept, not enforced.
 	Middlewares []Field
+	// Stockade holds stockade's extensions (the "stockade" section).
+	Stockade Extensions
 
 	notices []Notice
 }
@@ -40,6 +42,24 @@ func (p *Policy) EndpointCount() int {
 		n += len(np.Endpoints)
 	}
 	return n
+}
+
+// Extensions is the "stockade" section: stockade's own keys, which
+// OpenShell's schema does not have (OpenShell refuses them).
+type Extensions struct {
+	// AllowPtrace (stockade.allow_ptrace) lets the sandbox's processes use
+	// ptrace, process_vm_readv and process_vm_writev on one another. By
+	// default the workload's seccomp filter refuses them (EPERM): with
+	// them one process acts through another, an allowed binary included.
+	// Like the filesystem policy, it applies when the sandbox starts.
+	AllowPtrace bool
+	// AllowPtraceAt is where the file sets it (the zero Position: not set).
+	AllowPtraceAt Position
+}
+
+// Position is a place in a policy file (line and column from 1).
+type Position struct {
+	Line, Col int
 }
 
 // FilesystemPolicy is the Landlock filesystem section.

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/boundary/identity"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/policy"
 )
 
 // TestSandboxIdentityUsesRecords: the resolver the supervisor makes for a
@@ -40,7 +43,7 @@ func TestSandboxIdentityUsesRecords(t *testing.T) {
 	defer px.Close()
 	var logs testenv.Buffer
 	self := os.Getpid()
-	id, closeOnce, err := sandboxIdentity(diag, px, func() ([]int, error) { return []int{self}, nil }, 1, fault.Nop{}, zerolog.New(&logs))
+	id, closeOnce, err := sandboxIdentity(diag, px, func() ([]int, error) { return []int{self}, nil }, 1, identity.TamperPolicy{}, fault.Nop{}, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,5 +97,45 @@ func TestSandboxIdentityUsesRecords(t *testing.T) {
 	closeID()
 	if !strings.Contains(logs.String(), `"records":true,"from_records":1,"through_sock_diag":0,"message":"identity: connections identified"`) {
 		t.Fatalf("the close does not say how the connections were identified:\n%s", logs.String())
+	}
+}
+
+// TestTamperPolicy: a sandbox's boundary vouches for code mapped from the
+// policy's and the baseline's read-only paths, and never for code from a
+// path the workload can write: the policy's read_write paths, the
+// baseline's (the workspace and the tmpfs mounts, even where the policy
+// narrows one to read-only), /run, and the working directory with
+// include_workdir; the tracer is read at every connection only where the
+// workload may ptrace.
+func TestTamperPolicy(t *testing.T) {
+	pol, err := policy.Parse("p.yaml", []byte(`version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/opt/tools, /tmp]
+  read_write: [/data]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := tamperPolicy(pol, "/work", true)
+	for _, p := range []string{"/opt/tools", "/usr", "/etc"} {
+		if !slices.Contains(tp.ReadOnly, p) {
+			t.Errorf("read-only %v lacks %s", tp.ReadOnly, p)
+		}
+	}
+	for _, p := range []string{"/data", "/sandbox", "/tmp", "/var/tmp", "/dev/shm", "/run", "/work"} {
+		if !slices.Contains(tp.Writable, p) {
+			t.Errorf("writable %v lacks %s", tp.Writable, p)
+		}
+	}
+	if !tp.TracerEveryCall {
+		t.Error("a traceable workload's tracer is not read at every connection")
+	}
+	plain, err := policy.Parse("p.yaml", []byte("version: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := tamperPolicy(plain, "/work", false); slices.Contains(tp.Writable, "/work") || tp.TracerEveryCall || !slices.Contains(tp.Writable, "/sandbox") {
+		t.Errorf("without filesystem_policy: %+v", tp)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,6 +182,7 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 	if pol.Landlock.Compatibility == policy.HardRequirement {
 		ns.Filesystem.Mode = nsrun.HardRequirement
 	}
+	ns.AllowPtrace = pol.Stockade.AllowPtrace
 	if uid, err := strconv.ParseUint(pol.Process.RunAsUser, 10, 32); err == nil {
 		ns.RunAsUser = uint32(uid)
 	}
@@ -224,7 +226,12 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 	if res.group != nil {
 		candidates = res.group.Procs // the sandbox's processes only, one small read
 	}
-	b, stopBoundary, err := startBoundary(sp, sb, candidates, engine, faults, log, o.logOut, func(kind string, reason any) {
+	workdir := sp.Workdir
+	if workdir == "" {
+		workdir = nsrun.DefaultWorkdir
+	}
+	tamper := tamperPolicy(pol, workdir, pol.Stockade.AllowPtrace || sp.Unconfined)
+	b, stopBoundary, err := startBoundary(sp, sb, candidates, tamper, engine, faults, log, o.logOut, func(kind string, reason any) {
 		select {
 		case gaveUp <- fmt.Sprintf("%s actor failed 10 times in 10 s (last: %v)", kind, reason):
 		default:
@@ -367,13 +374,13 @@ func startSandbox(ctx context.Context, start func(context.Context) (*nsrun.Sandb
 // lists the host pids of the sandbox's processes, the possible owners of a
 // connection: from its cgroup when it has one (every process of the
 // sandbox is in it, and none can leave it), else from its pid namespace.
-func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]int, error), engine *policy.Engine, faults fault.Injector, log zerolog.Logger, logOut audit.EventsWriter, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
+func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]int, error), tamper identity.TamperPolicy, engine *policy.Engine, faults fault.Injector, log zerolog.Logger, logOut audit.EventsWriter, onGiveUp func(string, any)) (*boundary.Boundary, func(), error) {
 	px, udp, tcp, _ := sb.Listeners()
 	diag, err := sb.DupDiagFD()
 	if err != nil {
 		return nil, nil, fmt.Errorf("supervisor: sock_diag socket: %w", err)
 	}
-	id, closeID, err := sandboxIdentity(diag, px, candidates, sb.InitPid(), faults, log)
+	id, closeID, err := sandboxIdentity(diag, px, candidates, sb.InitPid(), tamper, faults, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -401,12 +408,14 @@ func startBoundary(sp spec.Supervisor, sb *nsrun.Sandbox, candidates func() ([]i
 // sandboxIdentity makes the identity resolver of a sandbox's boundary:
 // sock_diag through diag (a socket in the sandbox's network namespace),
 // the sandbox's processes as the candidates, its init trusted and where
-// ancestors stop, and the sandbox's connects to the proxy recorded in the
-// kernel where it allows (openConnectRecords). Its close releases both
-// and logs how the connections were identified.
-func sandboxIdentity(diag int, px net.Listener, candidates func() ([]int, error), initPid int, faults fault.Injector, log zerolog.Logger) (*identity.Netlink, func(), error) {
+// ancestors stop, the sandbox's connects to the proxy recorded in the
+// kernel where it allows (openConnectRecords), and its clients' mappings
+// and tracers judged by tamper. Its close releases both and logs how the
+// connections were identified.
+func sandboxIdentity(diag int, px net.Listener, candidates func() ([]int, error), initPid int, tamper identity.TamperPolicy, faults fault.Injector, log zerolog.Logger) (*identity.Netlink, func(), error) {
 	rec := openConnectRecords(diag, px, log)
-	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(initPid), identity.WithTrusted(initPid), identity.WithInjector(faults)}
+	opts := []identity.Option{identity.WithDiagFD(diag), identity.WithPids(candidates), identity.WithStopAt(initPid), identity.WithTrusted(initPid),
+		identity.WithInjector(faults), identity.WithTamperCheck(tamper)}
 	if rec != nil {
 		opts = append(opts, identity.WithConnectRecords(rec))
 	}
@@ -452,7 +461,32 @@ func openConnectRecords(diag int, proxy net.Listener, log zerolog.Logger) *connm
 		return nil
 	}
 	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: the sandbox's connects recorded in the kernel")
+	if err := rec.ImageErr(); err != nil {
+		log.Info().Err(err).Msg("identity: records do not say what the connecting process ran: an exec between a connect and its lookup at accept is not seen")
+	}
 	return rec
+}
+
+// tamperPolicy is what a sandbox's boundary judges its clients' mappings
+// by, as the workload sees its files: read-only are the policy's
+// read_only paths and the baseline's; writable the policy's read_write
+// paths, the baseline's (a narrowing read_only entry notwithstanding: the
+// workspace keeps what earlier runs and execs wrote, and the tmpfs
+// mounts are the sandbox's own), /run (a tmpfs of the sandbox's) and,
+// with include_workdir, the working directory. traceable: the workload
+// may ptrace (stockade.allow_ptrace, or no seccomp filter), so each
+// client's tracer is read at every connection.
+func tamperPolicy(pol *policy.Policy, workdir string, traceable bool) identity.TamperPolicy {
+	base := policy.Baseline()
+	t := identity.TamperPolicy{ReadOnly: base.ReadOnly, Writable: append(base.ReadWrite, "/run"), TracerEveryCall: traceable}
+	if fs := pol.Filesystem; fs != nil {
+		t.ReadOnly = append(slices.Clone(fs.ReadOnly), t.ReadOnly...)
+		t.Writable = append(slices.Clone(fs.ReadWrite), t.Writable...)
+		if fs.IncludeWorkdir {
+			t.Writable = append(t.Writable, workdir)
+		}
+	}
+	return t
 }
 
 // recordSandboxConnects opens the recorder of openConnectRecords; one

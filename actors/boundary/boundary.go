@@ -72,6 +72,12 @@ type Boundary struct {
 	// marker is cfg.Identity when it can use the moment a connection was
 	// accepted (identity.Marker), else nil.
 	marker identity.Marker
+	// rechecker and inspector are cfg.Identity when it can confirm at the
+	// request's end the identity it gave at the accept
+	// (identity.Rechecker), and judge whether its processes run code the
+	// workload could have written (identity.Inspector); else nil.
+	rechecker identity.Rechecker
+	inspector identity.Inspector
 	// readers lends the conn actors their request readers (1 KiB each,
 	// the largest allocation of a tunnel); a conn actor gives its reader
 	// back when it stops with no goroutine of its own still reading.
@@ -134,6 +140,8 @@ func Start(sys *actor.ActorSystem, cfg Config) (*Boundary, error) {
 		dialer: net.Dialer{KeepAlive: -1}}
 	b.ender, _ = cfg.Identity.(identity.Ender)
 	b.marker, _ = cfg.Identity.(identity.Marker)
+	b.rechecker, _ = cfg.Identity.(identity.Rechecker)
+	b.inspector, _ = cfg.Identity.(identity.Inspector)
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(cfg.Log), supervise.WithCounters(cfg.Counters),
 		supervise.WithOnGiveUp(func(child *actor.PID, reason any) {

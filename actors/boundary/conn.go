@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -168,9 +169,23 @@ func (a *connActor) serve(ctx actor.Context) {
 		a.answered = true
 		return
 	}
+	// Identity at accept: who made the connection is read before its
+	// request, and confirmed once the request is complete (bindIdentity).
+	a.step = stepIdentity
+	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
+	who, panicked, idErr := a.identifyAtAccept(local, remote)
+	a.who = who // so that its end is told (tellEnded) whatever follows
+	a.step = stepRead
 	_ = a.conn.SetReadDeadline(time.Now().Add(cfg.HeaderTimeout))
 	req, err := a.b.readers.ReadRequest(a.conn)
 	_ = a.conn.SetReadDeadline(time.Time{})
+	if panicked != nil {
+		// The lookup failed as a panic: the actor fails now, in its
+		// identity step, with the request read (its client gets 403
+		// identity_unavailable from cleanup, as any failed lookup's).
+		a.req, a.step = req, stepIdentity
+		panic(panicked)
+	}
 	if err != nil {
 		a.answered = true
 		var bad *proxy.BadRequestError
@@ -184,13 +199,9 @@ func (a *connActor) serve(ctx actor.Context) {
 	a.req = req
 
 	a.step = stepIdentity
-	local, remote := addrPort(a.conn.LocalAddr()), addrPort(a.conn.RemoteAddr())
-	who, err := a.b.resolve(a.mark, local, remote)
-	if err != nil {
-		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
+	if !a.bindIdentity(who, idErr) {
 		return
 	}
-	a.who = who
 
 	a.step = stepDecide
 	v := cfg.Decider.DecideConnect(context.Background(), ConnectQuery{
@@ -212,6 +223,21 @@ func (a *connActor) serve(ctx actor.Context) {
 		if !hv.Allow {
 			a.deny(reason.BinaryNotAllowed, hv.Policy, hv.PolicyName, hv.Version,
 				fmt.Sprintf("the socket is shared by %d processes and %s (pid %d) may not reach %s:%d: %s", len(who.Holders), h.Exe, h.Pid, req.Host, req.Port, hv.Message))
+			return
+		}
+	}
+
+	// The policy allows the binary: it must run only code the policy can
+	// vouch for.
+	if insp := a.b.inspector; insp != nil {
+		t, err := insp.Tampered(who)
+		switch {
+		case err != nil:
+			a.deny(reason.IdentityUnavailable, v.Policy, v.PolicyName, v.Version, fmt.Sprintf("peer identity unavailable: %v", err))
+			return
+		case t != nil:
+			a.deny(reason.BinaryTampered, v.Policy, v.PolicyName, v.Version,
+				fmt.Sprintf("%s (pid %d) may reach %s:%d, but it %s", t.Exe, t.Pid, req.Host, req.Port, t.Why))
 			return
 		}
 	}
@@ -252,6 +278,46 @@ func (a *connActor) serve(ctx actor.Context) {
 	a.relays = 1
 	send := sendTo(ctx.ActorSystem(), ctx.Self())
 	go func() { send(&relayDone{err: req.Forward(client, up)}) }()
+}
+
+// identifyAtAccept looks the connection's client up before its request
+// is read. A panic of the lookup is returned (with its stack), not
+// raised: serve raises it once the request is read.
+func (a *connActor) identifyAtAccept(local, remote netip.AddrPort) (who identity.Identity, panicked any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = fmt.Errorf("identity lookup at accept: %v\n%s", r, debug.Stack())
+		}
+	}()
+	who, err = a.b.resolve(a.mark, local, remote)
+	return who, nil, err
+}
+
+// bindIdentity settles the connection's identity once its request is
+// complete: the one found at accept (who, or the lookup's error), still
+// true now (identity.Rechecker). It answers the client and returns false
+// when it is not: binary_changed for an identity that changed (the
+// connection's process executed another program, exited, or another
+// process took its socket), identity_unavailable for one that cannot be
+// told.
+func (a *connActor) bindIdentity(who identity.Identity, err error) bool {
+	if err == nil && a.b.rechecker != nil {
+		err = a.b.rechecker.Recheck(context.Background(), who)
+	}
+	if err == nil {
+		a.who = who
+		return true
+	}
+	// Declared here, not above: errors.As takes its address, which would
+	// put it on the heap for every connection.
+	var changed *identity.ChangedError
+	if errors.As(err, &changed) {
+		a.who = changed.Now
+		a.deny(reason.BinaryChanged, "-", "", 0, changed.Msg)
+	} else {
+		a.deny(reason.IdentityUnavailable, "-", "", 0, fmt.Sprintf("peer identity unavailable: %v", err))
+	}
+	return false
 }
 
 // tunnel relays a CONNECT tunnel until both directions have ended: the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,16 +63,20 @@ type env struct {
 	proxy    string // proxy address
 	dns      string // DNS address (UDP and TCP)
 	echoPort int
-	webPort  int
-	holdPort int    // "hold.test": reads until EOF, then holds the connection open
-	release  func() // closes the connections hold.test holds
-	dir      string
+	// echoConns counts the connections the echo upstream accepted.
+	echoConns *atomic.Int64
+	webPort   int
+	holdPort  int    // "hold.test": reads until EOF, then holds the connection open
+	release   func() // closes the connections hold.test holds
+	dir       string
 }
 
 type envOpts struct {
 	identityNone bool
 	// wrap, when set, wraps the netlink resolver the boundary gets.
-	wrap          func(identity.Resolver) identity.Resolver
+	wrap func(identity.Resolver) identity.Resolver
+	// idOpts are more options of the netlink resolver.
+	idOpts        []identity.Option
 	headerTimeout time.Duration
 	auditFile     string
 	maxConns      int
@@ -82,7 +87,7 @@ type envOpts struct {
 func startEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	e := &env{faults: fault.NewSet(), audit: &recorder{}, dir: t.TempDir()}
-	e.echoPort = startEcho(t)
+	e.echoPort, e.echoConns = startEcho(t)
 	e.webPort = startWeb(t)
 	e.holdPort, e.release = startHold(t)
 
@@ -127,7 +132,7 @@ network_policies:
 
 	var res identity.Resolver = identity.None{}
 	if !o.identityNone {
-		nl, err := identity.NewNetlink(identity.WithInjector(e.faults))
+		nl, err := identity.NewNetlink(append([]identity.Option{identity.WithInjector(e.faults)}, o.idOpts...)...)
 		if err != nil {
 			t.Fatalf("netlink identity: %v", err)
 		}
@@ -181,9 +186,14 @@ network_policies:
 	return e
 }
 
-// startEcho starts a TCP echo server that echoes until EOF, then closes.
-func startEcho(t testing.TB) int {
-	return serveEach(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+// startEcho starts a TCP echo server that echoes until EOF, then closes;
+// it counts the connections it accepted.
+func startEcho(t testing.TB) (int, *atomic.Int64) {
+	var n atomic.Int64
+	return serveEach(t, func(c net.Conn) {
+		n.Add(1)
+		_, _ = io.Copy(c, c)
+	}), &n
 }
 
 // startHold starts a TCP server that reads each connection until EOF and
@@ -245,6 +255,12 @@ func (e *env) connect(t testing.TB, host string, port int) (int, string, net.Con
 	if err != nil {
 		t.Fatalf("dial proxy: %v", err)
 	}
+	return connectOn(t, c, host, port)
+}
+
+// connectOn is connect on a connection to the proxy made before.
+func connectOn(t testing.TB, c net.Conn, host string, port int) (int, string, net.Conn) {
+	t.Helper()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", host, port, host, port)
 	br := bufio.NewReader(c)

@@ -76,7 +76,7 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 		switch {
 		case err == nil && ok && r.Status == messages.Status_STATUS_OK:
 			ctx.Send(client, &messages.Reply{Status: messages.Status_STATUS_OK, PolicyVersion: v,
-				Message: fmt.Sprintf("sandbox %s: policy version %d live (network rules now; filesystem and landlock at the next start)", a.name, v)})
+				Message: fmt.Sprintf("sandbox %s: policy version %d live (network rules now; filesystem, landlock and stockade.allow_ptrace at the next start)", a.name, v)})
 		case err == nil && ok:
 			refused := errdefs.Reply(errdefs.Internal("sandbox %s: policy version %d saved but the supervisor refused it: %s", a.name, v, r.Message))
 			refused.PolicyVersion = v

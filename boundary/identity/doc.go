@@ -10,6 +10,11 @@
 // it subscribes to the kernel's process events, which say when what it
 // read of a process is stale; a caller that marks when it accepted a
 // connection (Marker) lets the lookup rely on a drain of those events
-// begun since. The None resolver is endpoint-only mode: it identifies nothing
-// and the caller ignores binaries.
+// begun since. Each identity carries what its processes run (Exec), so a
+// boundary can take it at accept and confirm it when the request is
+// complete (Rechecker, image.go), and judge whether those processes run
+// code the workload could have written: a preloaded library, a mapping
+// from a writable path, a tracer (Inspector, tamper.go). The None
+// resolver is endpoint-only mode: it identifies nothing and the caller
+// ignores binaries.
 package identity

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 )
 
 // Identity is the process that holds the client end of a connection.
@@ -31,13 +32,24 @@ type Identity struct {
 	// otherwise. Filled when the candidates are a bounded set (WithPids: a
 	// sandbox's processes), where the check is complete and cheap.
 	Holders []Holder
+	// Start is when the process started (CLOCK_BOOTTIME, to the tick),
+	// and Exec what it ran when it was identified (the zero Exec: not
+	// read): Recheck compares them with the process as it is later.
+	Start time.Duration
+	Exec  Exec
+	// cands sums the bounded candidates listed for the lookup (0: not
+	// bounded): Recheck scans again for holders when the set has changed.
+	cands uint64
 }
 
-// Holder is one process holding a socket.
+// Holder is one process holding a socket, with its Start and Exec as
+// Identity has them.
 type Holder struct {
 	Pid       int
 	Exe       string
 	Ancestors []string
+	Start     time.Duration
+	Exec      Exec
 }
 
 // Ender is a Resolver that wants to hear when a connection it identified

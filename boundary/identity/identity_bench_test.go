@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -153,6 +154,104 @@ func BenchmarkWholeLookup(b *testing.B) {
 				return err
 			})
 			b.ReportMetric(float64(len(id.Ancestors)), "ancestors")
+		})
+	}
+}
+
+// BenchmarkBoundIdentity measures what a sandbox's boundary asks per
+// connection of a warm client (bounded candidates: this process): the
+// lookup alone, then with the recheck at the request's end, then with the
+// tamper check too (the mappings' verdict kept for the client's exec; its
+// tracer read with them, or at every call as where the workload may
+// ptrace).
+func BenchmarkBoundIdentity(b *testing.B) {
+	conn := pair(b, listen(b, "tcp4", "127.0.0.1:0"))
+	local, remote := ends(conn)
+	self := os.Getpid()
+	for _, tc := range []struct {
+		name                       string
+		recheck, tamper, everyCall bool
+	}{
+		{"lookup", false, false, false},
+		{"lookup+recheck", true, false, false},
+		{"lookup+recheck+tampered", true, true, false},
+		{"lookup+recheck+tampered/tracer-every-call", true, true, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			opts := []Option{WithPids(func() ([]int, error) { return []int{self}, nil })}
+			if tc.tamper {
+				opts = append(opts, WithTamperCheck(TamperPolicy{ReadOnly: hostReadOnly(), TracerEveryCall: tc.everyCall}))
+			}
+			r := newResolver(b, opts...)
+			ctx := context.Background()
+			// A fork the resolver's events show gives it the pid cursor
+			// (else each lookup reads /proc/loadavg, whether the host
+			// forked during the run or not).
+			if err := exec.Command(lookPath(b, "true")).Run(); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Resolve(ctx, local, remote); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			timed(b, func() error {
+				id, err := r.Resolve(ctx, local, remote)
+				if err == nil && tc.recheck {
+					err = r.Recheck(ctx, id)
+				}
+				if err == nil && tc.tamper {
+					var t *Tampering
+					if t, err = r.Tampered(id); t != nil {
+						err = fmt.Errorf("tampered: %s", t.Why)
+					}
+				}
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkTamperedFirstCall measures a client's first tamper check (what
+// each new process, or each exec, pays once): its maps read and judged,
+// for curl (a program of some 50 libraries, waiting on its stdin) and
+// this test binary.
+func BenchmarkTamperedFirstCall(b *testing.B) {
+	curl := exec.Command(lookPath(b, "curl"), "-s", "-o", "/dev/null", "file:///dev/stdin")
+	stdin, err := curl.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := curl.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); _ = curl.Wait() })
+	r := newResolver(b, WithTamperCheck(TamperPolicy{ReadOnly: hostReadOnly()}))
+	for _, tc := range []struct {
+		name string
+		pid  int
+	}{{"curl", curl.Process.Pid}, {"self", os.Getpid()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			id := Identity{Pid: tc.pid}
+			read := func() error {
+				return r.proc.withHandle(tc.pid, func(h *procHandle) (err error) {
+					id.Exe, id.Start, id.Exec, err = r.proc.describe(h)
+					return err
+				})
+			}
+			if err := read(); err != nil {
+				b.Fatal(err)
+			}
+			timed(b, func() error {
+				r.proc.t.forget(tc.pid, false) // as an exec's event does
+				if err := read(); err != nil {
+					return err
+				}
+				t, err := r.Tampered(id)
+				if t != nil {
+					err = fmt.Errorf("tampered: %s", t.Why)
+				}
+				return err
+			})
 		})
 	}
 }

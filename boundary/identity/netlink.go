@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sync"
@@ -35,6 +36,7 @@ type config struct {
 	bounded  bool
 	noEvents bool
 	records  ConnectRecords
+	tamper   *tamperCheck
 }
 
 // WithDiagFD makes the resolver use an existing NETLINK_SOCK_DIAG socket (for
@@ -110,6 +112,10 @@ type Netlink struct {
 	// byRecord and byDiag count the connections identified each way
 	// (Sources).
 	byRecord, byDiag atomic.Uint64
+	// seed keys candidatesHash.
+	seed maphash.Seed
+	// tamper: what Tampered judges (WithTamperCheck; nil: nothing).
+	tamper *tamperCheck
 }
 
 // Sources counts the connections a Netlink resolver identified, by where
@@ -151,7 +157,8 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted}
+	r := &Netlink{diag: d, proc: newProcFS(c.procRoot, c.stopAt), pids: c.pids, inj: c.inj, cache: newOwnerCache(), bounded: c.bounded, trusted: c.trusted,
+		seed: maphash.MakeSeed(), tamper: c.tamper}
 	// Records number processes as the host does: usable with the host's
 	// /proc only (not a sandbox's proc mount, WithProcRoot).
 	if c.records != nil && c.procRoot == "/proc" {
@@ -194,7 +201,7 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 		r.pids = r.proc.allPids
 	}
 	if r.bounded && r.proc.t.events != nil {
-		r.cands = &candidateCache{}
+		r.cands = &candidateCache{seed: r.seed}
 	}
 	switch {
 	case !r.bounded:
@@ -213,8 +220,10 @@ func NewNetlink(opts ...Option) (*Netlink, error) {
 // of its processes, so the list holds until a candidate forks a process or
 // one exits, or events are lost: then the next lookup lists them again.
 type candidateCache struct {
+	seed  maphash.Seed
 	mu    sync.Mutex
 	pids  []int
+	sum   uint64 // sumPids of pids
 	valid bool
 	epoch uint64
 }
@@ -232,27 +241,35 @@ func (c *candidateCache) invalidateIf(pid int) {
 	}
 }
 
-// list returns the candidates: the kept list, or list() read now (and kept
-// if no event changed the set meanwhile).
-func (c *candidateCache) list(read func() ([]int, error)) ([]int, error) {
+// list returns the candidates and their sum (sumPids): the kept list, or
+// list() read now (and kept if no event changed the set meanwhile).
+func (c *candidateCache) list(read func() ([]int, error)) ([]int, uint64, error) {
 	c.mu.Lock()
 	if c.valid {
-		pids := slices.Clone(c.pids)
+		pids, sum := slices.Clone(c.pids), c.sum
 		c.mu.Unlock()
-		return pids, nil
+		return pids, sum, nil
 	}
 	epoch := c.epoch
 	c.mu.Unlock()
 	pids, err := read()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	sum := sumPids(c.seed, pids)
 	c.mu.Lock()
 	if c.epoch == epoch {
-		c.pids, c.valid = slices.Clone(pids), true
+		c.pids, c.sum, c.valid = slices.Clone(pids), sum, true
 	}
 	c.mu.Unlock()
-	return pids, nil
+	return pids, sum, nil
+}
+
+// keptSum returns the kept list's sum; ok is false when no list is kept.
+func (c *candidateCache) keptSum() (sum uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sum, c.valid
 }
 
 // ProcEvents returns nil when the kernel's process events vouch for cached
@@ -354,7 +371,11 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 		ev.sync(r.proc.t, w, mark)
 	}
 	if r.records != nil {
-		if id, ok := r.fromRecord(client, server); ok {
+		id, ok, err := r.fromRecord(client, server)
+		if err != nil {
+			return Identity{}, err
+		}
+		if ok {
 			r.byRecord.Add(1)
 			return id, nil
 		}
@@ -369,10 +390,11 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	var (
 		ref    fdRef
 		h      *procHandle
-		others []int // other holders (bounded candidates only)
+		others []int  // other holders (bounded candidates only)
+		cands  uint64 // the candidates' sum (bounded candidates only)
 	)
 	if r.bounded {
-		ref, h, others, err = r.holders(d.inode)
+		ref, h, others, cands, err = r.holders(d.inode)
 	} else {
 		ref, h, err = r.owner(d.inode)
 	}
@@ -383,7 +405,7 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	h.remember(ref.fd, d.inode, true, r.proc.t.resolved.mark(d.inode))
 	// The holding was read through h: what is read next through it is
 	// about the same process, even if its pid has been reused since.
-	exe, err := r.proc.t.exe(h)
+	exe, start, ex, err := r.proc.describe(h)
 	if err != nil {
 		r.cache.forget(d.inode)
 		return Identity{}, fmt.Errorf("pid %d (socket inode %d): %w: %w", ref.pid, d.inode, errOwnerGone, err)
@@ -391,7 +413,8 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 	anc := r.proc.ancestorsOf(h)
 	r.cache.owned(ref.pid)
 	r.byDiag.Add(1)
-	return r.withHolders(Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode}, others), nil
+	id := Identity{Pid: ref.pid, Exe: exe, Ancestors: anc, UID: d.uid, Socket: d.inode, Start: start, Exec: ex, cands: cands}
+	return r.withHolders(id, others), nil
 }
 
 // withHolders adds the other holders of id's socket (others, pids of
@@ -399,14 +422,21 @@ func (r *Netlink) resolveOnce(client, server netip.AddrPort, mark *Mark) (Identi
 // is left out.
 func (r *Netlink) withHolders(id Identity, others []int) Identity {
 	for _, pid := range others {
-		exe, err := r.proc.exe(pid)
+		var h Holder
+		err := r.proc.withHandle(pid, func(held *procHandle) (err error) {
+			h.Exe, h.Start, h.Exec, err = r.proc.describe(held)
+			if err == nil {
+				h.Pid, h.Ancestors = pid, r.proc.ancestorsOf(held)
+			}
+			return err
+		})
 		if err != nil {
 			continue // exited meanwhile
 		}
 		if id.Holders == nil {
-			id.Holders = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors}}
+			id.Holders = []Holder{{Pid: id.Pid, Exe: id.Exe, Ancestors: id.Ancestors, Start: id.Start, Exec: id.Exec}}
 		}
-		id.Holders = append(id.Holders, Holder{Pid: pid, Exe: exe, Ancestors: r.proc.ancestors(pid)})
+		id.Holders = append(id.Holders, h)
 	}
 	return id
 }
@@ -420,7 +450,7 @@ func (r *Netlink) withHolders(id Identity, others []int) Identity {
 // caller releases it), as owner does. The trusted process (WithTrusted) is
 // not read, nor is a quiet one (quiet.go) whose descriptors, read when it
 // was last off every CPU, held no such socket.
-func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
+func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, uint64, error) {
 	var h *procHandle
 	owner, cached := r.cache.get(inode)
 	if cached {
@@ -428,10 +458,10 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 			r.cache.forget(inode)
 		}
 	}
-	pids, err := r.candidates()
+	pids, sum, err := r.candidates()
 	if err != nil {
 		r.proc.t.release(h, false)
-		return fdRef{}, nil, nil, fmt.Errorf("candidate pids: %w", err)
+		return fdRef{}, nil, nil, 0, fmt.Errorf("candidate pids: %w", err)
 	}
 	pids = r.newestFirst(pids)
 	if !cached {
@@ -461,9 +491,9 @@ func (r *Netlink) holders(inode uint32) (fdRef, *procHandle, []int, error) {
 		return cached
 	})
 	if !cached {
-		return fdRef{}, nil, nil, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
+		return fdRef{}, nil, nil, 0, fmt.Errorf("no process among %d candidates owns socket inode %d: %w", len(pids), inode, ErrNoOwner)
 	}
-	return owner, h, others, nil
+	return owner, h, others, sum, nil
 }
 
 // scanCandidates scans each of pids but skip for inode, in the owner
@@ -490,13 +520,17 @@ func (r *Netlink) scanCandidates(pids []int, inode uint32, skip int, found func(
 	}
 }
 
-// candidates lists the bounded candidates: the cached list while process
-// events vouch for it, else read anew.
-func (r *Netlink) candidates() ([]int, error) {
+// candidates lists the bounded candidates, with their sum (sumPids): the
+// cached list while process events vouch for it, else read anew.
+func (r *Netlink) candidates() ([]int, uint64, error) {
 	if r.cands != nil {
 		return r.cands.list(r.pids)
 	}
-	return r.pids()
+	pids, err := r.pids()
+	if err != nil {
+		return nil, 0, err
+	}
+	return pids, sumPids(r.seed, pids), nil
 }
 
 // newestFirst returns a copy of pids ordered from the most to the least

@@ -320,16 +320,12 @@ func (p procFS) withHandle(pid int, read func(*procHandle) error) error {
 	}
 }
 
-// ancestors walks the ppid chain from pid, collecting each parent's exe,
-// until ppid 0 (pid 1 or a pid namespace's root seen from its own proc
-// mount), an unreadable process, or MaxAncestors entries. Every step reads
-// through held handles what process events do not vouch for (its parent
-// and its exe): a reparented process or an exec in the chain is seen.
-func (p procFS) ancestors(pid int) []string {
-	return p.walk(pid, p.ppid)
-}
-
-// ancestorsOf is ancestors of the process h is bound to.
+// ancestorsOf walks the ppid chain from the process h is bound to,
+// collecting each parent's exe, until ppid 0 (pid 1 or a pid namespace's
+// root seen from its own proc mount), an unreadable process, or
+// MaxAncestors entries. Every step reads through held handles what
+// process events do not vouch for (its parent and its exe): a reparented
+// process or an exec in the chain is seen.
 func (p procFS) ancestorsOf(h *procHandle) []string {
 	first := true
 	return p.walk(h.pid, func(pid int) (int, error) {

@@ -11,7 +11,8 @@ import (
 )
 
 // maxHandles bounds the processes the table holds open (two fds each, a
-// third for a sandbox's quiet processes).
+// third for a sandbox's quiet processes, a fourth for an inspected one's
+// status).
 const maxHandles = 256
 
 // procHandle is one process held open by two fds bound to the process
@@ -41,6 +42,13 @@ type procHandle struct {
 	ppidC   int
 	hasExe  bool
 	hasPpid bool
+	execC   Exec // what the process runs (image.go)
+	hasExec bool
+	// The verdict on its mappings (tamper.go), for the exec it was made
+	// on.
+	tamperWhy string
+	tamperFor Exec
+	hasTamper bool
 	// When the process started: it never changes for the process the
 	// handle is bound to, so it is kept whatever events say.
 	startC   time.Duration
@@ -59,6 +67,9 @@ type procHandle struct {
 	quiet    *quietSnap
 	unshared bool
 	forks    uint64
+	// status is the fd of /proc/PID/status (its tracer, tamper.go),
+	// opened when first needed; -1 before. Guarded by fdMu.
+	status int
 }
 
 // wasNonSocket reports whether fd held no socket when last read.
@@ -161,7 +172,7 @@ func (t *procTable) acquire(pid int) (*procHandle, error) {
 		_ = unix.Close(dir)
 		return nil, err
 	}
-	h := &procHandle{pid: pid, dir: dir, stat: stat, sched: -1, refs: 1}
+	h := &procHandle{pid: pid, dir: dir, stat: stat, sched: -1, status: -1, refs: 1}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old, ok := t.m[pid]; ok { // opened meanwhile by another lookup
@@ -266,6 +277,8 @@ func (t *procTable) forgetAll() {
 func (h *procHandle) invalidate() {
 	h.epoch++
 	h.hasExe, h.hasPpid, h.exeC, h.exeErr, h.ppidC = false, false, "", nil, 0
+	h.hasExec, h.execC = false, Exec{}
+	h.hasTamper, h.tamperWhy, h.tamperFor = false, "", Exec{}
 	h.fdMu.Lock()
 	h.quiet = nil
 	h.fdMu.Unlock()
@@ -304,24 +317,36 @@ func (h *procHandle) alive() bool {
 
 // ppid returns h's parent pid, from what events vouch for or read now.
 func (t *procTable) ppid(h *procHandle) (int, error) {
+	return vouched(t, h, func(h *procHandle) (*int, *bool) { return &h.ppidC, &h.hasPpid }, h.ppid)
+}
+
+// vouched returns what read returns for h's process: the value kept in
+// h (slot gives its place and its "kept" flag, guarded by t.mu) while
+// process events vouch for it, else read now and kept unless an event
+// about the process came meanwhile (h's epoch moved). Without events it
+// always reads.
+func vouched[T any](t *procTable, h *procHandle, slot func(*procHandle) (*T, *bool), read func() (T, error)) (T, error) {
 	if t.events == nil {
-		return h.ppid()
+		return read()
 	}
 	t.mu.Lock()
-	pp, ok, epoch := h.ppidC, h.hasPpid, h.epoch
+	v, ok := slot(h)
+	val, has, epoch := *v, *ok, h.epoch
 	t.mu.Unlock()
-	if ok {
-		return pp, nil
+	if has {
+		return val, nil
 	}
-	pp, err := h.ppid()
-	if err == nil {
-		t.mu.Lock()
-		if h.epoch == epoch {
-			h.ppidC, h.hasPpid = pp, true
-		}
-		t.mu.Unlock()
+	val, err := read()
+	if err != nil {
+		return val, err
 	}
-	return pp, err
+	t.mu.Lock()
+	if h.epoch == epoch {
+		v, ok := slot(h)
+		*v, *ok = val, true
+	}
+	t.mu.Unlock()
+	return val, nil
 }
 
 // reset closes every handle no lookup holds (tests).
@@ -343,6 +368,25 @@ func (h *procHandle) close() {
 		_ = unix.Close(h.sched)
 		h.sched = -1
 	}
+	if h.status >= 0 {
+		_ = unix.Close(h.status)
+		h.status = -1
+	}
+}
+
+// held returns the descriptor of the process's file name kept in *slot
+// (one of h's fds guarded by fdMu), opening it when first needed.
+func (h *procHandle) held(slot *int, name string) (int, error) {
+	h.fdMu.Lock()
+	defer h.fdMu.Unlock()
+	if *slot < 0 {
+		fd, err := unix.Openat(h.dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		*slot = fd
+	}
+	return *slot, nil
 }
 
 // exe reads the process's exe link (may end in " (deleted)").

@@ -91,7 +91,7 @@ func TestProcTableBound(t *testing.T) {
 	for i := range maxHandles {
 		tb.mu.Lock()
 		tb.tick++
-		tb.m[-1-i] = &procHandle{pid: -1 - i, dir: -1, stat: -1, used: tb.tick}
+		tb.m[-1-i] = &procHandle{pid: -1 - i, dir: -1, stat: -1, sched: -1, status: -1, used: tb.tick}
 		if len(tb.m) > maxHandles {
 			tb.evictLocked()
 		}

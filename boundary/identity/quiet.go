@@ -40,17 +40,10 @@ type quietSnap struct {
 // runs returns how many times h's process (its main thread) has been put
 // on a CPU.
 func (h *procHandle) runs() (uint64, error) {
-	h.fdMu.Lock()
-	if h.sched < 0 {
-		fd, err := unix.Openat(h.dir, "schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			h.fdMu.Unlock()
-			return 0, err
-		}
-		h.sched = fd
+	fd, err := h.held(&h.sched, "schedstat")
+	if err != nil {
+		return 0, err
 	}
-	fd := h.sched
-	h.fdMu.Unlock()
 	var buf [96]byte
 	n, err := unix.Pread(fd, buf[:], 0)
 	if err != nil {

@@ -57,6 +57,9 @@ func openConnectRecords(proxy net.Listener, log zerolog.Logger) *connmap.Map {
 		return nil
 	}
 	log.Info().Str("cgroup", rec.Cgroup()).Msg("identity: connects recorded in the kernel (--connect-records off to stop)")
+	if err := rec.ImageErr(); err != nil {
+		log.Info().Err(err).Msg("identity: records do not say what the connecting process ran: an exec between a connect and its lookup at accept is not seen")
+	}
 	return rec
 }
 

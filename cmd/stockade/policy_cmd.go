@@ -41,8 +41,8 @@ func newPolicySetCmd() *cobra.Command {
 		Short: "Hot-reload a sandbox's policy; prints the new version",
 		Long: `Validates FILE (errors with line:col, exit 2), saves it as the sandbox's next
 policy version and pushes it to the running supervisor: network rules apply
-to the next connection or query; filesystem_policy and landlock apply at the
-next start. A supervisor that misses the push gets it when it reconnects.`,
+to the next connection or query; filesystem_policy, landlock and
+stockade.allow_ptrace apply at the next start. A supervisor that misses the push gets it when it reconnects.`,
 		Args: cobra.ExactArgs(2),
 	}
 	co := clientFlags(cmd)
@@ -131,7 +131,9 @@ Exit 0 when valid: prints "FILE: valid (N network policies, M endpoints)"
 and one line per field that is accepted but not enforced (L7 rules,
 protocol, tls, middlewares, ...), each with file:line:col; then what the
 baseline adds to every sandbox (read-only /usr, /bin, /lib, /etc, /proc
-...; read-write /tmp and the workspace /sandbox), and a warning, with
+...; read-write /tmp and the workspace /sandbox), whether the sandbox's
+processes may ptrace one another (stockade.allow_ptrace, a stockade
+extension; default false), and a warning, with
 file:line:col and the fix, for every endpoint the boundary refuses
 whatever the policy says (loopback unless the gateway runs with
 --allow-loopback-upstream, a private address outside the endpoint's
@@ -155,6 +157,7 @@ Example:
 				fmt.Fprintln(out, n.String())
 			}
 			printBaseline(out, pol)
+			printExtensions(out, pol)
 			for _, n := range pol.BoundaryWarnings() {
 				fmt.Fprintln(out, n.String())
 			}
@@ -174,6 +177,21 @@ func printBaseline(w io.Writer, pol *policy.Policy) {
 		return strings.Join(ps, " ")
 	}
 	fmt.Fprintf(w, "baseline (added to every sandbox): read-only %s; read-write %s\n", list(add.ReadOnly), list(add.ReadWrite))
+}
+
+// printExtensions says what stockade's own keys (the "stockade" section,
+// not OpenShell's) make of the sandbox, set or not.
+func printExtensions(w io.Writer, pol *policy.Policy) {
+	at := "default"
+	if p := pol.Stockade.AllowPtraceAt; p.Line > 0 {
+		at = fmt.Sprintf("%s:%d:%d", pol.File, p.Line, p.Col)
+	}
+	if pol.Stockade.AllowPtrace {
+		fmt.Fprintf(w, "stockade.allow_ptrace: true (%s; a stockade extension): the sandbox's processes may ptrace, process_vm_readv and process_vm_writev one another; "+
+			"a traced process's connections are denied binary_tampered\n", at)
+		return
+	}
+	fmt.Fprintf(w, "stockade.allow_ptrace: false (%s): ptrace, process_vm_readv and process_vm_writev between the sandbox's processes fail with EPERM\n", at)
 }
 
 type evalFlags struct {

@@ -76,3 +76,23 @@ func TestPolicyCheckBaselineAndWarnings(t *testing.T) {
 		t.Fatalf("warnings %v", w)
 	}
 }
+
+// TestPolicyCheckShowsPtrace: policy check says whether the sandbox's
+// processes may ptrace one another, where the file sets it, and that it
+// is a stockade extension.
+func TestPolicyCheckShowsPtrace(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"version: 1\n", "stockade.allow_ptrace: false (default): ptrace, process_vm_readv and process_vm_writev between the sandbox's processes fail with EPERM\n"},
+		{"version: 1\nstockade:\n  allow_ptrace: true\n", "stockade.allow_ptrace: true (p.yaml:3:3; a stockade extension): the sandbox's processes may ptrace"},
+	} {
+		pol, err := policy.Parse("p.yaml", []byte(tc.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		printExtensions(&out, pol)
+		if !strings.HasPrefix(out.String(), tc.want) {
+			t.Errorf("%q: %q, want %q", tc.src, out.String(), tc.want)
+		}
+	}
+}

@@ -39,6 +39,22 @@ func NeedTool(t testing.TB, name, pkg string) string {
 	return p
 }
 
+// PreloadLib builds with gcc, in dir, a shared library whose constructor
+// does nothing (libpre.so) and returns its path: what a hostile workload
+// preloads into an allowed binary (LD_PRELOAD), as the attack tests play.
+func PreloadLib(t testing.TB, dir string) string {
+	t.Helper()
+	gcc := NeedTool(t, "gcc", "gcc")
+	src, lib := filepath.Join(dir, "pre.c"), filepath.Join(dir, "libpre.so")
+	if err := os.WriteFile(src, []byte("__attribute__((constructor)) static void pre(void) {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return lib
+}
+
 // NeedRoot calls Unavailable unless the test runs as root.
 func NeedRoot(t testing.TB) {
 	t.Helper()

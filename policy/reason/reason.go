@@ -17,6 +17,17 @@ const (
 	// BinaryNotAllowed: a policy lists the endpoint, but not for this binary
 	// or any of its ancestors.
 	BinaryNotAllowed Code = "binary_not_allowed"
+	// BinaryChanged: a process of the connection ran another program when
+	// its request was complete than when the connection was made (an exec
+	// between its connect and its last request byte), exited, or another
+	// process took the socket meanwhile: the binary the policy would judge
+	// is not the one that wrote the request.
+	BinaryChanged Code = "binary_changed"
+	// BinaryTampered: the policy allows the binary, but a process of the
+	// connection runs code the policy cannot vouch for: it maps executable
+	// code from a file the workload can write (a preloaded library from
+	// the workspace or /tmp, a memory file), or it is traced.
+	BinaryTampered Code = "binary_tampered"
 	// IdentityUnavailable: the peer process behind a connection could not be
 	// identified (the lookup failed, timed out or panicked).
 	IdentityUnavailable Code = "identity_unavailable"
@@ -41,7 +52,7 @@ const (
 // All lists every code except None, in a stable order (for tests and docs).
 func All() []Code {
 	return []Code{
-		EndpointNotAllowed, BinaryNotAllowed, IdentityUnavailable,
+		EndpointNotAllowed, BinaryNotAllowed, BinaryChanged, BinaryTampered, IdentityUnavailable,
 		PolicyDNSIneligible, InternalAddressBlocked, PolicyUnavailable,
 		BoundaryFault, UpstreamUnreachable, ConnectionLimit,
 	}

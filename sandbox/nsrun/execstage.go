@@ -60,7 +60,7 @@ func runExec() int {
 	}
 	var filter []bpf.RawInstruction
 	if !cfg.NoSeccomp {
-		if filter, err = seccompProgram(); err != nil {
+		if filter, err = seccompProgram(cfg.AllowPtrace); err != nil {
 			return fail(err)
 		}
 	}

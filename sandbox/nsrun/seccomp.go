@@ -29,7 +29,13 @@ import (
 // seccomp with SECCOMP_FILTER_FLAG_NEW_LISTENER (a listener's ADDFD);
 // kexec_*, module syscalls, reboot, swapon/off, acct, quotactl; personality
 // beyond Docker's safe values; sockets of the families AF_PACKET,
-// AF_NETLINK, AF_VSOCK, AF_BLUETOOTH, and raw sockets of any family.
+// AF_NETLINK, AF_VSOCK, AF_BLUETOOTH, and raw sockets of any family;
+// ptrace, process_vm_readv and process_vm_writev unless the policy allows
+// them (stockade.allow_ptrace): with them one process of the sandbox acts
+// through another, and the boundary judges a connection by the binary of
+// the process that holds it (boundary/identity). Writing another
+// process's memory through /proc/PID/mem is refused by Landlock instead
+// (/proc is read-only in the baseline); reading it is not.
 
 // allowedSyscalls is the allowlist; names a platform lacks are skipped.
 func allowedSyscalls() []string {
@@ -53,7 +59,7 @@ mlockall mmap mmap2 modify_ldt mprotect mq_getsetattr mq_notify mq_open mq_timed
 mq_timedsend mq_timedsend_time64 mq_unlink mremap msgctl msgget msgrcv msgsnd msync munlock munlockall munmap
 name_to_handle_at nanosleep newfstatat _newselect open openat openat2 pause pidfd_open pidfd_send_signal pipe
 pipe2 pkey_alloc pkey_free pkey_mprotect poll ppoll ppoll_time64 prctl pread64 preadv preadv2 prlimit64
-process_mrelease process_vm_readv process_vm_writev pselect6 pselect6_time64 ptrace pwrite64 pwritev pwritev2
+process_mrelease pselect6 pselect6_time64 pwrite64 pwritev pwritev2
 read readahead readlink readlinkat readv recv recvfrom recvmmsg recvmmsg_time64 recvmsg remap_file_pages
 removexattr rename renameat renameat2 restart_syscall rmdir rseq rt_sigaction rt_sigpending rt_sigprocmask
 rt_sigqueueinfo rt_sigreturn rt_sigsuspend rt_sigtimedwait rt_sigtimedwait_time64 rt_tgsigqueueinfo
@@ -69,6 +75,12 @@ sysinfo tee tgkill time timer_create timer_delete timer_getoverrun timer_gettime
 timer_settime64 timerfd_create timerfd_gettime timerfd_gettime64 timerfd_settime timerfd_settime64 times tkill
 truncate truncate64 ugetrlimit umask uname unlink unlinkat utime utimensat utimensat_time64 utimes vfork
 vmsplice wait4 waitid waitpid write writev`)
+}
+
+// ptraceSyscalls are allowed only where the policy allows the sandbox's
+// processes to trace and read or write one another.
+func ptraceSyscalls() []string {
+	return []string{"ptrace", "process_vm_readv", "process_vm_writev"}
 }
 
 // Namespace flags of clone and unshare (CLONE_NEWTIME only for unshare:
@@ -103,8 +115,9 @@ func auditArch(goarch string) (uint32, bool) {
 	return 0, false
 }
 
-// seccompProgram builds the workload's filter for this machine.
-func seccompProgram() ([]bpf.RawInstruction, error) {
+// seccompProgram builds the workload's filter for this machine;
+// allowPtrace adds ptraceSyscalls to the allowlist.
+func seccompProgram(allowPtrace bool) ([]bpf.RawInstruction, error) {
 	auditID, ok := auditArch(runtime.GOARCH)
 	info, err := arch.GetInfo("")
 	if !ok || err != nil {
@@ -186,7 +199,11 @@ func seccompProgram() ([]bpf.RawInstruction, error) {
 		a.ld(offNr)
 	}
 	var allowed []uint32
-	for _, name := range allowedSyscalls() {
+	list := allowedSyscalls()
+	if allowPtrace {
+		list = append(list, ptraceSyscalls()...)
+	}
+	for _, name := range list {
 		if n, ok := nr(name); ok {
 			allowed = append(allowed, n)
 		}

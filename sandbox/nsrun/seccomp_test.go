@@ -14,9 +14,13 @@ import (
 
 const helperSeccomp = "seccomp"
 
+// helperAllowPtrace, set to 1 in the seccomp helper's environment, builds
+// the filter with ptrace allowed (stockade.allow_ptrace).
+const helperAllowPtrace = "NSRUN_TEST_ALLOW_PTRACE"
+
 // seccompProbes are raw system calls and the errno each must end with under
-// the workload's filter (0: allowed).
-func seccompProbes() []struct {
+// the workload's filter (0: allowed), built with ptrace allowed or not.
+func seccompProbes(allowPtrace bool) []struct {
 	name string
 	want syscall.Errno
 	call func() syscall.Errno
@@ -33,6 +37,13 @@ func seccompProbes() []struct {
 	}
 	var uringParams [120]byte
 	key, keyring := []byte("user\x00"), []byte("k\x00")
+	// Allowed, the ptrace calls fail on their arguments: no process
+	// 0x3fffffff (ESRCH), flags that must be 0 (EINVAL).
+	const noPid = 0x3fffffff
+	traceWant, vmWant := unix.EPERM, unix.EPERM
+	if allowPtrace {
+		traceWant, vmWant = unix.ESRCH, unix.EINVAL
+	}
 	return []struct {
 		name string
 		want syscall.Errno
@@ -75,6 +86,10 @@ func seccompProbes() []struct {
 		{"seccomp(SET_MODE_FILTER, NULL program)", unix.EFAULT, sys6(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, 0)},
 		{"personality(query)", 0, sys6(unix.SYS_PERSONALITY, 0xffffffff)},
 		{"personality(READ_IMPLIES_EXEC)", unix.EPERM, sys6(unix.SYS_PERSONALITY, 0x0400000)},
+		{"ptrace(PTRACE_ATTACH)", traceWant, sys6(unix.SYS_PTRACE, unix.PTRACE_ATTACH, noPid, 0, 0)},
+		{"ptrace(PTRACE_SEIZE)", traceWant, sys6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, noPid, 0, 0)},
+		{"process_vm_readv", vmWant, sys6(unix.SYS_PROCESS_VM_READV, uintptr(os.Getpid()), 0, 0, 0, 0, 1)},
+		{"process_vm_writev", vmWant, sys6(unix.SYS_PROCESS_VM_WRITEV, uintptr(os.Getpid()), 0, 0, 0, 0, 1)},
 	}
 }
 
@@ -83,7 +98,8 @@ func seccompProbes() []struct {
 func seccompHelper() int {
 	runtime.LockOSThread()
 	out := map[string]int{}
-	p, err := seccompProgram()
+	allowPtrace := os.Getenv(helperAllowPtrace) == "1"
+	p, err := seccompProgram(allowPtrace)
 	if err == nil {
 		if err = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err == nil {
 			err = applySeccomp(p)
@@ -92,7 +108,7 @@ func seccompHelper() int {
 	if err != nil {
 		out["error: "+err.Error()] = -1
 	} else {
-		for _, pr := range seccompProbes() {
+		for _, pr := range seccompProbes(allowPtrace) {
 			out[pr.name] = int(pr.call())
 		}
 	}
@@ -102,29 +118,36 @@ func seccompHelper() int {
 }
 
 // TestSeccompFilter: under the workload's filter each probe ends as the
-// design says (in a process of its own: the filter cannot be taken off).
+// design says (in a process of its own: the filter cannot be taken off),
+// with ptrace and process_vm_* refused by default and allowed, reaching
+// the kernel's own checks, with stockade.allow_ptrace.
 func TestSeccompFilter(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+helperSeccomp)
-	b, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper: %v %s", err, b)
-	}
-	var got map[string]int
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("helper output %q: %v", b, err)
-	}
-	for _, pr := range seccompProbes() {
-		g, ok := got[pr.name]
-		if !ok {
-			t.Fatalf("no result for %s: %v", pr.name, got)
+	for _, allowPtrace := range []bool{false, true} {
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"="+helperSeccomp)
+		if allowPtrace {
+			cmd.Env = append(cmd.Env, helperAllowPtrace+"=1")
 		}
-		if syscall.Errno(g) != pr.want {
-			t.Errorf("%s: errno %d (%v), want %d (%v)", pr.name, g, syscall.Errno(g), int(pr.want), pr.want)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("helper: %v %s", err, b)
+		}
+		var got map[string]int
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("helper output %q: %v", b, err)
+		}
+		for _, pr := range seccompProbes(allowPtrace) {
+			g, ok := got[pr.name]
+			if !ok {
+				t.Fatalf("no result for %s: %v", pr.name, got)
+			}
+			if syscall.Errno(g) != pr.want {
+				t.Errorf("allow ptrace %v: %s: errno %d (%v), want %d (%v)", allowPtrace, pr.name, g, syscall.Errno(g), int(pr.want), pr.want)
+			}
 		}
 	}
 }

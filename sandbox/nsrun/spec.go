@@ -141,6 +141,9 @@ type Spec struct {
 	// NoSeccomp runs the workload without its seccomp filter: for the
 	// benchmark that measures the filter's cost only, never in service.
 	NoSeccomp bool
+	// AllowPtrace lets the seccomp filter allow ptrace, process_vm_readv
+	// and process_vm_writev (the policy's stockade.allow_ptrace).
+	AllowPtrace bool
 	// Cgroup, when set, is called with init's host pid right after init
 	// starts and before it starts anything: it moves init (and so every
 	// process of the sandbox) into the sandbox's cgroup. An error fails
@@ -170,7 +173,8 @@ type stageConfig struct {
 	NoSeccomp         bool     `json:"no_seccomp,omitempty"`
 	// Inotify are the per-uid inotify limits init sets in the sandbox's
 	// user namespace (userns.go).
-	Inotify inotifyLimits `json:"inotify,omitzero"`
+	Inotify     inotifyLimits `json:"inotify,omitzero"`
+	AllowPtrace bool          `json:"allow_ptrace,omitempty"`
 	// ParentProxy: the parent made the proxy listener in init's network
 	// namespace (proxyListenerIn); init makes and passes the other three.
 	ParentProxy bool `json:"parent_proxy,omitempty"`
@@ -218,6 +222,7 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 		NoSeccomp:  s.NoSeccomp,
 		ResolvConf: orDefault(s.ResolvConf, DefaultResolvConf),
 	}
+	cfg.AllowPtrace = s.AllowPtrace
 	if cfg.Mode == 0 {
 		cfg.Mode = BestEffort
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"runtime"
@@ -23,8 +24,12 @@ import (
 // server's addresses (16 bytes each; IPv4 as ::ffff:a.b.c.d), the client's
 // and the server's ports (host order).
 const (
-	keySize   = 48
-	valueSize = 24 // tgid u32, uid u32, CLOCK_BOOTTIME ns u64, socket inode u64
+	keySize = 48
+	// valueSize: tgid u32, uid u32, CLOCK_BOOTTIME ns u64, socket inode
+	// u64, then the connecting process's image: its executable's inode
+	// u64 and device u32 (the kernel's dev_t), 4 bytes of padding, and
+	// where its exec placed the code and the stack (u64 each).
+	valueSize = 56
 	// maxEntries bounds the map: connects nobody takes (to other servers)
 	// are evicted least recently used first.
 	maxEntries = 1 << 16
@@ -58,10 +63,14 @@ const (
 	serverOff     = -24
 	clientPort    = -8
 	serverPort    = -4
-	valueOff      = -72 // tgid
-	valueUIDOff   = -68
-	valueTimeOff  = -64
-	valueInodeOff = -56
+	valueOff      = keyOff - valueSize // tgid
+	valueUIDOff   = valueOff + 4
+	valueTimeOff  = valueOff + 8
+	valueInodeOff = valueOff + 16
+	valueExeIno   = valueOff + 24
+	valueExeDev   = valueOff + 32
+	valueCode     = valueOff + 40
+	valueStack    = valueOff + 48
 )
 
 // inodePath is where the socket's inode number lies, as the running
@@ -70,6 +79,16 @@ const (
 // they are read at Open, never compiled in.
 type inodePath struct {
 	skSocket, file, fInode, iIno uint32
+	// image, when set, is where the connecting process's image lies:
+	// task_struct -> mm -> start_code, start_stack and exe_file ->
+	// f_inode -> i_ino, i_sb -> s_dev.
+	image *imagePath
+}
+
+// imagePath holds the offsets of the connecting process's image, as the
+// running kernel's BTF says.
+type imagePath struct {
+	taskMM, mmExeFile, mmStartCode, mmStartStack, iSb, sbDev uint32
 }
 
 // Option configures Open.
@@ -113,13 +132,17 @@ type Map struct {
 	cgroup string
 	// inodeErr says why records carry no socket inode (nil: they do).
 	inodeErr error
+	// imageErr says why records carry no image of the connecting process
+	// (nil: they do).
+	imageErr error
 }
 
 var _ identity.ConnectRecords = (*Map)(nil)
 
 // Open creates the map, loads the program and attaches it to the root of
-// the cgroup v2 hierarchy. Records carry the socket's inode where the
-// kernel has BTF (InodeErr says why not).
+// the cgroup v2 hierarchy. Records carry the socket's inode and the
+// connecting process's image where the kernel has BTF and its verifier
+// allows the reads (InodeErr and ImageErr say why not).
 func Open(opts ...Option) (*Map, error) {
 	var o options
 	for _, opt := range opts {
@@ -139,18 +162,28 @@ func Open(opts ...Option) (*Map, error) {
 	var (
 		path     *inodePath
 		inodeErr = errors.New("connmap: socket inodes not wanted")
+		imageErr = errors.New("connmap: images not wanted")
 	)
 	if !o.noBTF {
-		path, inodeErr = kernelInodePath()
+		path, inodeErr, imageErr = kernelInodePath()
 	}
 	load := func(path *inodePath) (*ebpf.Program, error) {
 		return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stockade_conn", Type: ebpf.SockOps, Instructions: program(m.FD(), o, path), License: "Dual MIT/GPL"})
 	}
 	prog, err := load(path)
+	if err != nil && path != nil && path.image != nil {
+		// A kernel whose verifier refuses the walk from the current task
+		// (bpf_get_current_task_btf in a sock_ops program) still records
+		// the socket's inode.
+		imageErr = fmt.Errorf("connmap: the verifier refused reading the connecting process's image: %w", err)
+		path.image = nil
+		prog, err = load(path)
+	}
 	if err != nil && path != nil {
 		// A kernel whose verifier refuses the walk to the inode still
 		// records the connector.
 		inodeErr = fmt.Errorf("connmap: the verifier refused reading the socket's inode: %w", err)
+		imageErr = inodeErr
 		prog, err = load(nil)
 	}
 	if err != nil {
@@ -163,32 +196,52 @@ func Open(opts ...Option) (*Map, error) {
 		_ = m.Close()
 		return nil, fmt.Errorf("connmap: attach to cgroup %s (needs CAP_NET_ADMIN): %w", cgroup, err)
 	}
-	return &Map{m: m, prog: prog, l: l, cgroup: cgroup, inodeErr: inodeErr}, nil
+	return &Map{m: m, prog: prog, l: l, cgroup: cgroup, inodeErr: inodeErr, imageErr: imageErr}, nil
 }
 
 // kernelInodePath reads the offsets of inodePath from the running kernel's
-// BTF (/sys/kernel/btf/vmlinux, decoded lazily: a few MB, once).
-func kernelInodePath() (*inodePath, error) {
+// BTF (/sys/kernel/btf/vmlinux, decoded lazily: a few MB, once). Without
+// the image's offsets (imageErr says why), the path has none.
+func kernelInodePath() (p *inodePath, inodeErr, imageErr error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		return nil, fmt.Errorf("connmap: kernel BTF (socket inodes not recorded): %w", err)
+		err = fmt.Errorf("connmap: kernel BTF (socket inodes and images not recorded): %w", err)
+		return nil, err, err
 	}
-	var p inodePath
-	for _, f := range []struct {
-		typ, member string
-		off         *uint32
-	}{{"sock", "sk_socket", &p.skSocket}, {"socket", "file", &p.file}, {"file", "f_inode", &p.fInode}, {"inode", "i_ino", &p.iIno}} {
-		var st *btf.Struct
-		if err := spec.TypeByName(f.typ, &st); err != nil {
-			return nil, fmt.Errorf("connmap: kernel BTF: struct %s: %w", f.typ, err)
+	offsets := func(fields []btfField) error {
+		for _, f := range fields {
+			var st *btf.Struct
+			if err := spec.TypeByName(f.typ, &st); err != nil {
+				return fmt.Errorf("connmap: kernel BTF: struct %s: %w", f.typ, err)
+			}
+			off, ok := memberOffset(st, f.member)
+			if !ok {
+				return fmt.Errorf("connmap: kernel BTF: struct %s has no %s", f.typ, f.member)
+			}
+			if off > math.MaxInt16 {
+				return fmt.Errorf("connmap: kernel BTF: %s.%s at offset %d, beyond a load's reach", f.typ, f.member, off)
+			}
+			*f.off = off
 		}
-		off, ok := memberOffset(st, f.member)
-		if !ok {
-			return nil, fmt.Errorf("connmap: kernel BTF: struct %s has no %s", f.typ, f.member)
-		}
-		*f.off = off
+		return nil
 	}
-	return &p, nil
+	p = &inodePath{}
+	if err := offsets([]btfField{{"sock", "sk_socket", &p.skSocket}, {"socket", "file", &p.file}, {"file", "f_inode", &p.fInode}, {"inode", "i_ino", &p.iIno}}); err != nil {
+		return nil, err, err
+	}
+	im := &imagePath{}
+	if imageErr = offsets([]btfField{{"task_struct", "mm", &im.taskMM}, {"mm_struct", "exe_file", &im.mmExeFile},
+		{"mm_struct", "start_code", &im.mmStartCode}, {"mm_struct", "start_stack", &im.mmStartStack},
+		{"inode", "i_sb", &im.iSb}, {"super_block", "s_dev", &im.sbDev}}); imageErr == nil {
+		p.image = im
+	}
+	return p, nil, imageErr
+}
+
+// btfField names a struct member whose offset goes to off.
+type btfField struct {
+	typ, member string
+	off         *uint32
 }
 
 // memberOffset returns the byte offset of the member named name in st,
@@ -219,6 +272,11 @@ func memberOffset(st btf.Type, name string) (uint32, bool) {
 // InodeErr says why records carry no socket inode (nil: they do).
 func (m *Map) InodeErr() error { return m.inodeErr }
 
+// ImageErr says why records carry no image of the connecting process
+// (nil: they do): without it, an exec between the connect and the
+// boundary's lookup is not seen.
+func (m *Map) ImageErr() error { return m.imageErr }
+
 // program is the sock_ops program: on TCP_CONNECT_CB (to o.port only and
 // in o.netns only, where not 0), put the current process's tgid, uid, the
 // boot time and (with path) the socket's inode number under the
@@ -230,6 +288,7 @@ func program(mapFD int, o options, path *inodePath) asm.Instructions {
 		v6    = "v6"
 		ports = "ports"
 		store = "store"
+		image = "image"
 	)
 	// v6: copy both IPv6 addresses, word by word, into the key.
 	var copy6 asm.Instructions
@@ -309,22 +368,56 @@ func program(mapFD int, o options, path *inodePath) asm.Instructions {
 		asm.StoreMem(asm.RFP, valueTimeOff, asm.R0, asm.DWord),
 		asm.Mov.Imm(asm.R2, 0),
 		asm.StoreMem(asm.RFP, valueInodeOff, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, valueExeIno, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, valueExeDev, asm.R2, asm.DWord), // and the padding
+		asm.StoreMem(asm.RFP, valueCode, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, valueStack, asm.R2, asm.DWord),
 	)
 	if path != nil {
+		// After the inode, the image (when wanted), then the store.
+		next := store
+		if path.image != nil {
+			next = image
+		}
 		// The socket's inode: ctx->sk as a tcp_sock (a BTF pointer), then
 		// sk_socket, file, f_inode and i_ino. Loads through BTF pointers
 		// are checked against the kernel's types by the verifier and read
 		// 0 through a NULL pointer.
 		insns = append(insns,
 			asm.LoadMem(asm.R1, asm.R6, sockOpsSkOff, asm.DWord),
-			asm.JEq.Imm(asm.R1, 0, store),
+			asm.JEq.Imm(asm.R1, 0, next),
 			asm.FnSkcToTcpSock.Call(),
-			asm.JEq.Imm(asm.R0, 0, store),
+			asm.JEq.Imm(asm.R0, 0, next),
 			asm.LoadMem(asm.R1, asm.R0, int16(path.skSocket), asm.DWord),
 			asm.LoadMem(asm.R1, asm.R1, int16(path.file), asm.DWord),
 			asm.LoadMem(asm.R1, asm.R1, int16(path.fInode), asm.DWord),
 			asm.LoadMem(asm.R1, asm.R1, int16(path.iIno), asm.DWord),
 			asm.StoreMem(asm.RFP, valueInodeOff, asm.R1, asm.DWord),
+		)
+	}
+	if path != nil && path.image != nil {
+		// The connecting process's image (the program runs in its
+		// connect): the current task's mm, where its exec placed the code
+		// and the stack, and its executable's inode and device.
+		im := path.image
+		insns = append(insns,
+			asm.FnGetCurrentTaskBtf.Call().WithSymbol(image),
+			asm.LoadMem(asm.R7, asm.R0, int16(im.taskMM), asm.DWord),
+			asm.JEq.Imm(asm.R7, 0, store),
+			asm.LoadMem(asm.R2, asm.R7, int16(im.mmStartCode), asm.DWord),
+			asm.StoreMem(asm.RFP, valueCode, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R2, asm.R7, int16(im.mmStartStack), asm.DWord),
+			asm.StoreMem(asm.RFP, valueStack, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R7, int16(im.mmExeFile), asm.DWord),
+			asm.JEq.Imm(asm.R1, 0, store),
+			asm.LoadMem(asm.R1, asm.R1, int16(path.fInode), asm.DWord),
+			asm.JEq.Imm(asm.R1, 0, store),
+			asm.LoadMem(asm.R2, asm.R1, int16(path.iIno), asm.DWord),
+			asm.StoreMem(asm.RFP, valueExeIno, asm.R2, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R1, int16(im.iSb), asm.DWord),
+			asm.JEq.Imm(asm.R1, 0, store),
+			asm.LoadMem(asm.R2, asm.R1, int16(im.sbDev), asm.Word),
+			asm.StoreMem(asm.RFP, valueExeDev, asm.R2, asm.Word),
 		)
 	}
 	return append(insns,
@@ -368,12 +461,24 @@ func (m *Map) Take(netns uint64, client, server netip.AddrPort) (identity.Connec
 		}
 		return identity.Connector{}, false, fmt.Errorf("connmap: take %s -> %s: %w", client, server, err)
 	}
-	return identity.Connector{
-		Pid:   int(binary.NativeEndian.Uint32(v[0:])),
-		UID:   binary.NativeEndian.Uint32(v[4:]),
-		At:    time.Duration(binary.NativeEndian.Uint64(v[8:])),
-		Inode: uint32(binary.NativeEndian.Uint64(v[16:])),
-	}, true, nil
+	return decode(&v), true, nil
+}
+
+// decode reads a record's value.
+func decode(v *[valueSize]byte) identity.Connector {
+	ne := binary.NativeEndian
+	c := identity.Connector{
+		Pid:   int(ne.Uint32(v[0:])),
+		UID:   ne.Uint32(v[4:]),
+		At:    time.Duration(ne.Uint64(v[8:])),
+		Inode: uint32(ne.Uint64(v[16:])),
+	}
+	if ino := ne.Uint64(v[24:]); ino != 0 {
+		// The kernel's dev_t (MAJOR << 20 | MINOR) as stat(2) numbers it.
+		kdev := ne.Uint32(v[32:])
+		c.Exec = identity.Exec{Dev: unix.Mkdev(kdev>>20, kdev&(1<<20-1)), Ino: ino, Code: ne.Uint64(v[40:]), Stack: ne.Uint64(v[48:])}
+	}
+	return c
 }
 
 // mapElemAttr is the bpf(2) attribute of the map element commands (union

@@ -8,7 +8,10 @@
 // in that process's context). It writes the connecting process's tgid and
 // uid and the CLOCK_BOOTTIME of the connect into an LRU hash map keyed by
 // the network namespace's cookie and the connection's two addresses and
-// ports. Take looks the accepted connection up and removes it (one
+// ports; where the kernel has BTF, also the socket's inode and what the
+// process runs (its executable's device and inode, and the code and stack
+// addresses its exec chose), so the lookup sees an exec made between the
+// connect and itself. Take looks the accepted connection up and removes it (one
 // bpf(2) call). The program is made of instructions assembled here (no C
 // compiler, no object file) and is detached when the Map is closed or its
 // process dies (a bpf link, never pinned).

@@ -5,10 +5,12 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +41,12 @@ func main() {
 		spoof(os.Args[2], os.Args[3])
 		return
 	}
+	if len(os.Args) == 4 && os.Args[1] == "ptrace" {
+		pid, _ := strconv.Atoi(os.Args[2])
+		hold, _ := time.ParseDuration(os.Args[3])
+		trace(pid, hold)
+		return
+	}
 	var params [120]byte
 	key, ring := []byte("user\x00"), []byte("k\x00")
 	try := func(name string, nr uintptr, a ...uintptr) {
@@ -64,6 +72,66 @@ func main() {
 	try("mknod", unix.SYS_MKNODAT, atFDCWD, uintptr(unsafe.Pointer(&dev[0])), unix.S_IFCHR|0o666, uintptr(unix.Mkdev(1, 3)))
 	try("mount", unix.SYS_MOUNT, uintptr(unsafe.Pointer(&ring[0])), uintptr(unsafe.Pointer(&dev[0])), uintptr(unsafe.Pointer(&ring[0])), 0, 0)
 	try("getpid", unix.SYS_GETPID)
+}
+
+// trace acts on another process of the sandbox the ways one process can
+// act through another: it attaches to pid with ptrace (PTRACE_SEIZE: the
+// tracee keeps running) and stays attached for hold, rewrites one byte
+// of pid's writable memory with itself through process_vm_readv and
+// process_vm_writev, and opens /proc/PID/mem for writing. One line per
+// attempt, "NAME errno=N" (0: it worked).
+func trace(pid int, hold time.Duration) {
+	addr, err := writableAddr(pid)
+	if err != nil {
+		fmt.Println("maps:", err)
+	}
+	var b [1]byte
+	local := []unix.Iovec{{Base: &b[0], Len: 1}}
+	remote := []unix.RemoteIovec{{Base: addr, Len: 1}}
+	_, err = unix.ProcessVMReadv(pid, local, remote, 0)
+	fmt.Printf("process_vm_readv errno=%d\n", errnoOf(err))
+	_, err = unix.ProcessVMWritev(pid, local, remote, 0)
+	fmt.Printf("process_vm_writev errno=%d\n", errnoOf(err))
+	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/mem", os.O_RDWR, 0)
+	if err == nil {
+		_ = f.Close()
+	}
+	fmt.Printf("procmem_write errno=%d\n", errnoOf(err))
+	runtime.LockOSThread() // the tracer is this thread
+	err = unix.PtraceSeize(pid)
+	fmt.Printf("ptrace errno=%d\n", errnoOf(err))
+	if err == nil {
+		time.Sleep(hold)
+	}
+}
+
+// writableAddr returns the start of pid's first private writable mapping.
+func writableAddr(pid int) (uintptr, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[1] == "rw-p" {
+			start, _, _ := strings.Cut(f[0], "-")
+			a, err := strconv.ParseUint(start, 16, 64)
+			return uintptr(a), err
+		}
+	}
+	return 0, fmt.Errorf("no writable mapping in pid %d", pid)
+}
+
+// errnoOf is err's errno, 0 for nil, -1 for an error without one.
+func errnoOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return int(e)
+	}
+	return -1
 }
 
 // flood opens n connections to addr as fast as it can and holds them (a
