@@ -106,6 +106,18 @@ func groupCPU(t *testing.T, w *world, name string) time.Duration {
 	return 0
 }
 
+// peakMemory is VmHWM of process pid ("12345 kB").
+func peakMemory(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v, _ := strings.Cut(string(b), "VmHWM:")
+	v, _, _ = strings.Cut(v, "\n")
+	return strings.TrimSpace(v)
+}
+
 // parentOf is the parent pid of process pid.
 func parentOf(t *testing.T, pid int) int {
 	t.Helper()
@@ -147,6 +159,7 @@ func TestLogFloodStaysBounded(t *testing.T) {
 	}
 	st, _ := w.get("flood")
 	initPid := parentOf(t, st.WorkloadPid)
+	initPeak0 := peakMemory(t, initPid)
 	cpu0, init0, group0, t0 := cpuTicks(t, st.SupervisorPid), cpuTicks(t, initPid), groupCPU(t, w, "flood"), time.Now()
 
 	// During the flood: the cap holds, exec and the boundary answer.
@@ -183,9 +196,9 @@ func TestLogFloodStaysBounded(t *testing.T) {
 	initCPU := time.Duration(cpuTicks(t, initPid)-init0) * 10 * time.Millisecond
 	groupUse, elapsed := groupCPU(t, w, "flood")-group0, time.Since(t0)
 	sizes, total := logFiles(t, w, "flood")
-	t.Logf("%d samples of the log during the flood, at most %d bytes; %d execs with curl; now %v; in %s: supervisor CPU %s (%.0f%% of a CPU), sandbox's cgroup %s (%.0f%%), its init %s",
+	t.Logf("%d samples of the log during the flood, at most %d bytes; %d execs with curl; now %v; in %s: supervisor CPU %s (%.0f%% of a CPU), sandbox's cgroup %s (%.0f%%), its init %s (peak memory %s, %s before the flood)",
 		samples, maxTotal, worked, sizes, elapsed.Round(time.Millisecond), cpu, 100*cpu.Seconds()/elapsed.Seconds(),
-		groupUse.Round(time.Millisecond), 100*groupUse.Seconds()/elapsed.Seconds(), initCPU)
+		groupUse.Round(time.Millisecond), 100*groupUse.Seconds()/elapsed.Seconds(), initCPU, peakMemory(t, initPid), initPeak0)
 	// Who paid: the supervisor's share small, the flood charged to the
 	// sandbox (ten seconds at up to half a CPU, the quota in 100 ms
 	// periods: a period's worth of slack), within its --cpus.
