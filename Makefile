@@ -100,6 +100,8 @@ chaos-cluster: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./policy/
 	$(GO) test -run '^$$' -fuzz FuzzAnswer -fuzztime 60s ./boundary/dnsproxy/
+	$(GO) test -run '^$$' -fuzz FuzzCutter -fuzztime 60s ./internal/linelimit/
+	$(GO) test -run '^$$' -fuzz FuzzReadFrames -fuzztime 60s ./sandbox/nsrun/
 
 # Regenerate the committed protobuf code with the pinned plugin (the
 # google.golang.org/protobuf version of go.mod) and Debian's protoc.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/sandbox/cgroup"
 )
 
 // logUse is `get -o json`'s view of the workload log.
@@ -52,24 +53,90 @@ func logFiles(t *testing.T, w *world, name string) (map[string]int64, int64) {
 	return sizes, total
 }
 
-// cpuTicks is the user and system CPU time of process pid, in clock ticks.
-func cpuTicks(t *testing.T, pid int) int64 {
+// procStat is the fields of /proc/PID/stat after the command's name
+// (the state is the first).
+func procStat(t *testing.T, pid int) []string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+}
+
+// cpuTicks is the user and system CPU time of process pid, in clock ticks.
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	f := procStat(t, pid)
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + s
+}
+
+// groupCPU is the CPU time charged to sandbox name's cgroup so far
+// (cpuacct.usage on cgroup v1, cpu.stat's usage_usec on v2).
+func groupCPU(t *testing.T, w *world, name string) time.Duration {
+	t.Helper()
+	g := cgroup.SandboxGroup(name, testenv.Path(t)(contract.StateDir(w.state).Sandbox(name)))
+	dirs, err := cgroup.Find(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				t.Fatalf("%s/cpuacct.usage: %v", d, err)
+			}
+			return time.Duration(ns)
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.stat")); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					if err != nil {
+						t.Fatalf("%s/cpu.stat: %v", d, err)
+					}
+					return time.Duration(us) * time.Microsecond
+				}
+			}
+		}
+	}
+	t.Fatalf("sandbox %s: no cpu accounting in its cgroup %s (%v)", name, g, dirs)
+	return 0
+}
+
+// peakMemory is VmHWM of process pid ("12345 kB").
+func peakMemory(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v, _ := strings.Cut(string(b), "VmHWM:")
+	v, _, _ = strings.Cut(v, "\n")
+	return strings.TrimSpace(v)
+}
+
+// parentOf is the parent pid of process pid.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	ppid, err := strconv.Atoi(procStat(t, pid)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
 }
 
 var markerLine = regexp.MustCompile(`stockade: (\d+) lines of output dropped in [0-9.]+m?s: `)
 
 // TestLogFloodStaysBounded: a workload runs `yes` for 10 s in a sandbox
 // whose log is capped at 256 KiB (the line rate and burst the defaults:
-// 1,000 lines/s, 10,000 at once). Throughout, workload.log and its rotated
+// 1,000 lines/s, 10,000 at once) and whose CPU is capped at half a CPU.
+// The flood is paid for by the sandbox: the supervisor (outside the
+// sandbox's cgroup) spends under 15% of a CPU over it, while the
+// sandbox's cgroup is charged the flood's CPU (its init reads, counts
+// and drops the lines), held to about half a CPU. Throughout, workload.log and its rotated
 // files stay under the cap, each under its quarter; `get -o json` shows
 // the log's bytes (those on disk) and the lines dropped; `sandbox logs`
 // shows the markers with their counts and the output after the flood
@@ -84,14 +151,16 @@ func TestLogFloodStaysBounded(t *testing.T) {
 	eve := newElsewhere(t, w)
 	const capBytes = 256 << 10
 	s := w.create("flood", `echo before-flood; sleep 1; timeout 10 yes; sleep 2; echo after-flood; echo done > /sandbox/flood-done; exec sleep 1000`,
-		"--log-size", "256K")
+		"--log-size", "256K", "--cpus", "0.5")
 	f := eve.follow("flood", "-f")
 	f.waitLine(t, "out: before-flood", 15*time.Second)
 	if u := w.logUse(t, "flood"); u.Resources.LogLimit != capBytes || u.Resources.LogLinesPerSec != 1000 || u.Resources.LogBurst != 10000 {
 		t.Fatalf("get's log limits %+v, want 256 KiB, 1000 lines/s, burst 10000", u.Resources)
 	}
 	st, _ := w.get("flood")
-	cpu0, t0 := cpuTicks(t, st.SupervisorPid), time.Now()
+	initPid := parentOf(t, st.WorkloadPid)
+	initPeak0 := peakMemory(t, initPid)
+	cpu0, init0, group0, t0 := cpuTicks(t, st.SupervisorPid), cpuTicks(t, initPid), groupCPU(t, w, "flood"), time.Now()
 
 	// During the flood: the cap holds, exec and the boundary answer.
 	var samples, worked int
@@ -124,9 +193,21 @@ func TestLogFloodStaysBounded(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	cpu := time.Duration(cpuTicks(t, st.SupervisorPid)-cpu0) * 10 * time.Millisecond
+	initCPU := time.Duration(cpuTicks(t, initPid)-init0) * 10 * time.Millisecond
+	groupUse, elapsed := groupCPU(t, w, "flood")-group0, time.Since(t0)
 	sizes, total := logFiles(t, w, "flood")
-	t.Logf("%d samples of the log during the flood, at most %d bytes; %d execs with curl; now %v; supervisor CPU %s in %s",
-		samples, maxTotal, worked, sizes, cpu, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d samples of the log during the flood, at most %d bytes; %d execs with curl; now %v; in %s: supervisor CPU %s (%.0f%% of a CPU), sandbox's cgroup %s (%.0f%%), its init %s (peak memory %s, %s before the flood)",
+		samples, maxTotal, worked, sizes, elapsed.Round(time.Millisecond), cpu, 100*cpu.Seconds()/elapsed.Seconds(),
+		groupUse.Round(time.Millisecond), 100*groupUse.Seconds()/elapsed.Seconds(), initCPU, peakMemory(t, initPid), initPeak0)
+	// Who paid: the supervisor's share small, the flood charged to the
+	// sandbox (ten seconds at up to half a CPU, the quota in 100 ms
+	// periods: a period's worth of slack), within its --cpus.
+	if cpu.Seconds() > 0.15*elapsed.Seconds() {
+		t.Errorf("the supervisor spent %s of CPU in %s of flood, over 15%% of a CPU: the flood is not paid for by the sandbox", cpu, elapsed.Round(time.Millisecond))
+	}
+	if groupUse < 2*time.Second || groupUse.Seconds() > 0.5*elapsed.Seconds()+0.2 {
+		t.Errorf("the sandbox's cgroup was charged %s of CPU in %s: want the flood's (at least 2 s) and at most half a CPU (--cpus 0.5)", groupUse, elapsed.Round(time.Millisecond))
+	}
 	if _, ok := sizes["workload.log.3"]; !ok || worked < 2 || total > capBytes {
 		t.Fatalf("after the flood: files %v (want three rotated ones, under %d bytes); %d execs during it", sizes, capBytes, worked)
 	}
@@ -176,10 +257,17 @@ func TestLogFloodStaysBounded(t *testing.T) {
 	t.Logf("logs -f saw %d lines, %d of them y", len(got), ys)
 
 	// A firehose with no line rate but --io-bps 256K: written at that
-	// rate, dropped over it, still under the cap.
-	w.create("hose", `timeout 5 yes; echo done > /sandbox/hose-done; exec sleep 1000`, "--log-size", "256K", "--log-rate", "-1", "--io-bps", "256K")
+	// rate, dropped over it (by init: the supervisor's CPU stays small
+	// here too), still under the cap.
+	w.create("hose", `sleep 1; timeout 5 yes; echo done > /sandbox/hose-done; exec sleep 1000`, "--log-size", "256K", "--log-rate", "-1", "--io-bps", "256K")
 	hs, _ := w.get("hose")
+	cpu0, t0 = cpuTicks(t, hs.SupervisorPid), time.Now()
 	w.fileWithin(hs, "hose-done", 40*time.Second)
+	cpu, elapsed = time.Duration(cpuTicks(t, hs.SupervisorPid)-cpu0)*10*time.Millisecond, time.Since(t0)
+	t.Logf("hose: supervisor CPU %s in %s", cpu, elapsed.Round(time.Millisecond))
+	if cpu.Seconds() > 0.15*elapsed.Seconds() {
+		t.Errorf("the supervisor spent %s of CPU in %s of a flood at --io-bps 256K, over 15%% of a CPU", cpu, elapsed.Round(time.Millisecond))
+	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		out, _, _ = eve.run("logs", "hose")
 		return strings.Contains(out, "over the write rate (256 KiB/s, the sandbox's io-bps)")

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/testenv"
 )
 
 // TestCreateBoundaryAndEscapes covers issue 3's end-to-end points 1 and 2:
@@ -28,6 +30,7 @@ curl -sS -m 3 --noproxy "*" http://127.0.0.1:%[1]d/ > /sandbox/direct 2>&1; echo
 (echo x > /usr/stockade-escape) 2> /sandbox/write; echo "rc=$?" >> /sandbox/write
 (ls /var) > /sandbox/read 2>&1; echo "rc=$?" >> /sandbox/read
 (cat %[3]s/client.config %[3]s/pki/ca.key %[3]s/sandboxes/box/spec.json) > /sandbox/token 2>&1; echo "rc=$?" >> /sandbox/token
+echo box-out; echo box-err >&2
 echo done > /sandbox/done
 exec sleep 1000`, w.webPort, apiPort, w.state)
 	s := w.create("box", script)
@@ -58,6 +61,12 @@ exec sleep 1000`, w.webPort, apiPort, w.state)
 		!strings.Contains(out, "ALLOWED /usr/bin/curl(") {
 		t.Fatalf("logs --audit lacks the decisions:\n%s", out)
 	}
+	// The workload's output, through the sandbox's init (in its cgroup,
+	// or none for an unprivileged gateway), reaches its log.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		out, _, _ = w.cli("logs", "box")
+		return strings.Contains(out, "out: box-out") && strings.Contains(out, "err: box-err")
+	}, "logs to show the workload's stdout and stderr")
 }
 
 // TestSupervisorKillRecovers is point 3: SIGKILL the supervisor ->
@@ -66,7 +75,7 @@ exec sleep 1000`, w.webPort, apiPort, w.state)
 func TestSupervisorKillRecovers(t *testing.T) { modes(t, testSupervisorKillRecovers) }
 
 func testSupervisorKillRecovers(t *testing.T, w *world) {
-	s := w.create("phoenix", `echo keep > /sandbox/before; exec sleep 1000`)
+	s := w.create("phoenix", `echo run; echo keep > /sandbox/before; exec sleep 1000`)
 	w.file(s, "before")
 	if err := syscall.Kill(s.SupervisorPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -88,6 +97,12 @@ func testSupervisorKillRecovers(t *testing.T, w *world) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", s.WorkloadPid)); err == nil {
 		t.Fatalf("the old workload %d outlived its supervisor", s.WorkloadPid)
 	}
+	// The new supervisor's init passes the new workload's output on to
+	// the same log, after the first one's.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		out, _, _ := w.cli("logs", "phoenix")
+		return strings.Count(out, "out: run") == 2
+	}, "logs to show the output of both runs")
 }
 
 // TestGatewayRestartReadopts is point 4: SIGKILL the gateway and start it

@@ -14,7 +14,11 @@
 // among the sandbox's own processes through the sock_diag socket made in
 // its network namespace), and keeps a session with the gateway: a lost
 // gateway does not stop the workload; the session says Hello again until a
-// gateway answers. SIGTERM stops the workload gracefully; when the
+// gateway answers. The workload's output reaches workload.log through
+// the sandbox's init, which drains, cuts and rate-limits it inside the
+// sandbox's cgroup; the supervisor writes what init let through, capped
+// and rotated, and the markers of what was dropped (workloadlog.go).
+// SIGTERM stops the workload gracefully; when the
 // supervisor dies, the sandbox's init dies and the kernel kills the rest.
 // A sandbox that cannot start however often it is retried (a missing
 // command, a hard_requirement path) ends the process with

@@ -30,7 +30,6 @@ import (
 	"github.com/stockade-dev/stockade/internal/clock"
 	"github.com/stockade-dev/stockade/internal/logx"
 	"github.com/stockade-dev/stockade/internal/procs"
-	"github.com/stockade-dev/stockade/logs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/policy"
 	"github.com/stockade-dev/stockade/sandbox/nsrun"
@@ -149,22 +148,17 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 		return err
 	}
 	// stdout and stderr apart, each line stamped, within the sandbox's log
-	// limits (workloadlog.go); the deferred close runs after the sandbox
-	// is gone (its pipes drained) and closes the file.
+	// limits, as the sandbox's init passes them on (workloadlog.go); the
+	// deferred close runs after the sandbox is closed (init has passed on
+	// all it had) and closes the file.
 	wlog := newWorkloadLog(out, logLimitsOf(sp.Limits), clock.System{}, log)
-	defer wlog.close(drainWait)
-	stdout, err := wlog.pipe(logs.WorkloadOut)
-	if err != nil {
-		return err
-	}
-	stderr, err := wlog.pipe(logs.WorkloadErr)
-	if err != nil {
-		return err
-	}
+	defer wlog.close()
 
 	ns := nsrun.Spec{
 		Argv: sp.Argv, Workspace: sp.Workspace, Workdir: sp.Workdir,
-		Stdout: stdout, Stderr: stderr, Logger: log,
+		// Init's own stderr (a crash's report) is this process's: the
+		// supervisor's log.
+		Output: wlog.output(), Stderr: os.Stderr, Logger: log,
 		// The gateway's state dir (client token, other sandboxes) is never
 		// visible inside, whatever the policy lists.
 		Hidden:     []string{filepath.Dir(filepath.Dir(dir))},
@@ -203,7 +197,6 @@ func run(ctx context.Context, specPath string, log zerolog.Logger, o options) (e
 		ns.TmpfsBytes = sp.Limits.MemoryBytes / 2 // each; charged to the sandbox's memory anyway
 	}
 	sb, stopped, err := startSandbox(ctx, func(ctx context.Context) (*nsrun.Sandbox, error) { return nsrun.Start(ctx, ns) }, sig)
-	wlog.handedOver()
 	if reason, ok := nsrun.CannotStartReason(err); ok {
 		return &CannotStartError{Reason: reason, Err: err}
 	}

@@ -2,22 +2,27 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/internal/clock"
+	"github.com/stockade-dev/stockade/internal/linelimit"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/logs"
+	"github.com/stockade-dev/stockade/sandbox/nsrun"
 )
 
 // t0 is the fake clock's start.
@@ -71,8 +76,17 @@ func newTestLog(t *testing.T, lim logLimits) *testLog {
 	}
 	clk := clock.NewFake(t0)
 	tl := &testLog{t: t, dir: dir, clk: clk, l: newWorkloadLog(f, lim, clk, zerolog.Nop())}
-	t.Cleanup(func() { tl.l.close(time.Second) })
+	t.Cleanup(tl.l.close)
 	return tl
+}
+
+// lines hands the log lines of s, as init's frames do.
+func (tl *testLog) lines(s nsrun.Stream, lines ...string) {
+	bs := make([][]byte, len(lines))
+	for i, l := range lines {
+		bs[i] = []byte(l)
+	}
+	tl.l.Lines(s, bs)
 }
 
 // read is what `sandbox logs` shows of the workload: "stream:text" per
@@ -80,24 +94,25 @@ func newTestLog(t *testing.T, lim logLimits) *testLog {
 func (tl *testLog) read() []string {
 	tl.t.Helper()
 	var out []string
-	for _, e := range tl.entries() {
+	for _, e := range readEntries(tl.t, tl.dir) {
 		out = append(out, e.Stream+":"+e.Text)
 	}
 	return out
 }
 
-func (tl *testLog) entries() []logs.Entry {
-	tl.t.Helper()
-	r, err := logs.Open(tl.dir, logs.Options{})
+// readEntries reads the workload's entries of the log directory dir.
+func readEntries(t *testing.T, dir string) []logs.Entry {
+	t.Helper()
+	r, err := logs.Open(dir, logs.Options{})
 	if err != nil {
-		tl.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer r.Close()
 	var out []logs.Entry
 	for {
 		es, done, err := r.Next(1000, 1<<20)
 		if err != nil {
-			tl.t.Fatal(err)
+			t.Fatal(err)
 		}
 		for _, e := range es {
 			if e.Source == logs.SourceWorkload {
@@ -126,150 +141,34 @@ func (tl *testLog) onDisk() (map[string]int64, int64) {
 	return sizes, total
 }
 
-func TestLineWriterSplitsStreamsAndLines(t *testing.T) {
+// TestLogWritesInitsLines: each call's lines are stamped with their
+// stream and time and written in one write(2); an entry's bytes are what
+// init's byte rate counts (linelimit.EntryOverhead and the line).
+func TestLogWritesInitsLines(t *testing.T) {
 	tl := newTestLog(t, logLimits{})
 	cf := &countingFile{File: tl.l.file.f.(*os.File)}
 	tl.l.file.f = cf
-	out, errw := tl.l.stream(logs.WorkloadOut), tl.l.stream(logs.WorkloadErr)
-	_, _ = out.Write([]byte("one\ntw"))
-	_, _ = errw.Write([]byte("bad <&> \xff\n"))
-	_, _ = out.Write([]byte("o\n\nthree\n"))
+	tl.lines(nsrun.Stdout, "one", "two")
+	tl.lines(nsrun.Stderr, "bad <&> \xff")
+	tl.lines(nsrun.Stdout, "", "three")
 	got := tl.read()
-	want := []string{"out:one", "err:bad <&> \uFFFD", "out:two", "out:", "out:three"}
+	want := []string{"out:one", "out:two", "err:bad <&> \uFFFD", "out:", "out:three"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
-	for _, e := range tl.entries() {
+	for _, e := range readEntries(t, tl.dir) {
 		if !e.Time.Equal(t0.Truncate(time.Millisecond)) {
 			t.Fatalf("time %s, want %s", e.Time, t0)
 		}
 	}
-	// Each Write's complete lines share one write(2).
 	if cf.writes != 3 {
 		t.Fatalf("%d writes, want 3", cf.writes)
 	}
-	// A line of "y" costs its prefix: 18 bytes, not the 38 of a JSON object.
+	// A line of "y" costs its prefix: 18 bytes, what init counts it as.
 	before := tl.l.file.size
-	_, _ = out.Write([]byte("y\n"))
-	if grew := tl.l.file.size - before; grew != 18 {
-		t.Fatalf("a line of y took %d bytes on disk, want 18", grew)
-	}
-}
-
-func TestLineWriterCapsLongLines(t *testing.T) {
-	tl := newTestLog(t, logLimits{})
-	w := tl.l.stream(logs.WorkloadOut)
-	w.max = 8
-	// 20 bytes of ASCII, then runes of 3 bytes that must not be cut.
-	_, _ = w.Write([]byte(strings.Repeat("a", 20) + "\n"))
-	_, _ = w.Write([]byte("ab€€€€cd\n")) // 2 + 12 + 2 bytes
-	_, _ = w.Write([]byte("1234567"))    // then 1 more byte of this line and a newline
-	_, _ = w.Write([]byte("8\n"))
-	got := tl.read()
-	want := []string{"out:aaaaaaaa", "out:aaaaaaaa", "out:aaaa", "out:ab€€", "out:€€cd", "out:12345678"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("got %q\nwant %q", got, want)
-	}
-	for _, e := range tl.entries() {
-		if !utf8.ValidString(e.Text) || len(e.Text) > 8 {
-			t.Fatalf("piece %q", e.Text)
-		}
-	}
-}
-
-func TestLineWriterFlushesAPartialLineAfterAWhile(t *testing.T) {
-	tl := newTestLog(t, logLimits{})
-	w := tl.l.stream(logs.WorkloadOut)
-	_, _ = w.Write([]byte("Password: "))
-	tl.clk.Advance(partialAfter - time.Millisecond)
-	if got := tl.read(); len(got) != 0 {
-		t.Fatalf("a partial line was written before it waited %s: %q", partialAfter, got)
-	}
-	tl.clk.Advance(time.Millisecond)
-	if got := tl.read(); len(got) != 1 || got[0] != "out:Password: " {
-		t.Fatalf("partial line %q after %s", got, partialAfter)
-	}
-	// Its end arrives later: a line of its own.
-	_, _ = w.Write([]byte("hunter2\n"))
-	if got := tl.read(); len(got) != 2 || got[1] != "out:hunter2" {
-		t.Fatalf("got %q", got)
-	}
-}
-
-func TestPipeDrainsAndNeverBlocksTheWorkload(t *testing.T) {
-	tl := newTestLog(t, logLimits{})
-	l := tl.l
-	out, err := l.pipe(logs.WorkloadOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errw, err := l.pipe(logs.WorkloadErr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := out.Write([]byte("to out\nunfinished")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := errw.Write([]byte("to err\n")); err != nil {
-		t.Fatal(err)
-	}
-	l.close(5 * time.Second) // closes the write ends: the pipes end, the partial line is written
-	got := tl.read()
-	sort.Strings(got) // the two pipes are drained side by side
-	if strings.Join(got, "|") != "err:to err|out:to out|out:unfinished" {
-		t.Fatalf("got %q", got)
-	}
-
-	// A file that fails every write, a log that keeps 10 lines a second,
-	// one that writes 1 KiB a second: the workload's writes still finish
-	// (64 MiB, far more than a pipe holds), every line not kept is counted
-	// dropped.
-	for _, tc := range []struct {
-		name string
-		lim  logLimits
-		fail bool
-		kept int64 // the fake clock does not move: the bursts
-	}{{"failing file", logLimits{}, true, 0}, {"line rate", logLimits{lines: 10, burst: 10}, false, 10},
-		{"write rate", logLimits{bps: 1024}, false, minByteBurst / 1040}} {
-		t.Run(tc.name, func(t *testing.T) {
-			tl := newTestLog(t, tc.lim)
-			l := tl.l
-			if tc.fail {
-				l.file.f = &memFile{fail: true}
-			}
-			w, err := l.pipe(logs.WorkloadOut)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				chunk := []byte(strings.Repeat("x", 1023) + "\n")
-				for i := 0; i < 64<<10; i++ {
-					if _, err := w.Write(chunk); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatal("the workload's writes blocked")
-			}
-			l.close(5 * time.Second)
-			if !tc.fail {
-				if n := int64(len(tl.entries())); n != tc.kept+1 {
-					t.Fatalf("%d entries, want the burst's %d lines and a marker", n, tc.kept)
-				}
-			}
-			if _, dropped := l.stats(); dropped != 64<<10-tc.kept {
-				t.Fatalf("%d lines counted dropped, want %d", dropped, 64<<10-tc.kept)
-			}
-		})
+	tl.lines(nsrun.Stdout, "y")
+	if grew := tl.l.file.size - before; grew != 1+linelimit.EntryOverhead {
+		t.Fatalf("a line of y took %d bytes on disk, want 18 (1 + linelimit.EntryOverhead)", grew)
 	}
 }
 
@@ -282,10 +181,9 @@ func TestPipeDrainsAndNeverBlocksTheWorkload(t *testing.T) {
 func TestLogStaysUnderItsCap(t *testing.T) {
 	const capBytes = 256 << 10
 	tl := newTestLog(t, logLimits{maxBytes: capBytes})
-	w := tl.l.stream(logs.WorkloadOut)
 	const n = 10000
 	for i := range n {
-		_, _ = w.Write(fmt.Appendf(nil, "line %06d %s\n", i, strings.Repeat("z", 80)))
+		tl.lines(nsrun.Stdout, fmt.Sprintf("line %06d %s", i, strings.Repeat("z", 80)))
 		if i%97 == 0 || i == n-1 {
 			sizes, total := tl.onDisk()
 			if total > capBytes {
@@ -335,86 +233,108 @@ func TestLogStaysUnderItsCap(t *testing.T) {
 	}
 }
 
-// TestLineRateDropsAndSaysSo: 10 lines a second, 20 at once: a flood
-// keeps the burst; a second later one marker says how many were dropped
-// and why, then the refill's lines pass; a line of the workload's that
-// looks like a marker stays its output.
-func TestLineRateDropsAndSaysSo(t *testing.T) {
-	tl := newTestLog(t, logLimits{lines: 10, burst: 20})
-	w := tl.l.stream(logs.WorkloadOut)
-	var flood bytes.Buffer
-	for i := range 100 {
-		fmt.Fprintf(&flood, "a%d\n", i)
-	}
-	_, _ = w.Write(flood.Bytes()) // one write: 20 kept, 80 counted
-	if got := tl.read(); len(got) != 20 || got[19] != "out:a19" {
-		t.Fatalf("after the flood: %d entries %q, want a0..a19", len(got), got)
-	}
-	// The 80 were counted, not cut apart and handed over one by one (a
-	// flood costs a count of its newlines).
-	if n := cap(w.lines); n >= 100 {
-		t.Fatalf("the writer held room for %d lines: it cut all 100 of the flood apart, not the 20 the rate keeps", n)
-	}
+// TestMarkerFromInitsCounts: init's counts (one report, then several
+// within a second) become one marker a second saying how many lines were
+// dropped and why, with the limits init applied; a workload's line that
+// looks like a marker stays its output; nothing dropped, no marker.
+func TestMarkerFromInitsCounts(t *testing.T) {
+	tl := newTestLog(t, logLimits{rates: linelimit.Limits{LinesPerSec: 10, Burst: 20, BytesPerSec: 2048}})
+	tl.lines(nsrun.Stdout, "a0", "a1")
+	tl.l.Dropped(linelimit.Counts{linelimit.OverLines: 80})
 	tl.clk.Advance(markerEvery - time.Millisecond)
-	if got := tl.read(); len(got) != 20 {
-		t.Fatalf("a marker before %s: %q", markerEvery, got[20:])
+	if got := tl.read(); len(got) != 2 {
+		t.Fatalf("a marker before %s: %q", markerEvery, got[2:])
 	}
 	tl.clk.Advance(time.Millisecond)
 	got := tl.read()
 	want := "stockade:80 lines of output dropped in 1s: 80 over the line rate (10 lines/s, burst 20)"
-	if len(got) != 21 || got[20] != want {
-		t.Fatalf("after a second: %q, want the marker %q", got[20:], want)
+	if len(got) != 3 || got[2] != want {
+		t.Fatalf("after a second: %q, want the marker %q", got[2:], want)
 	}
-	// The refill: 10 lines a second; line by line this time.
-	for i := range 15 {
-		_, _ = fmt.Fprintf(w, "b%d\n", i)
-	}
-	_, _ = w.Write([]byte("stockade:80 lines of output dropped (forged)\n"))
-	tl.clk.Advance(markerEvery)
-	got = tl.read()[21:]
-	want2 := []string{"out:b0", "out:b1", "out:b2", "out:b3", "out:b4", "out:b5", "out:b6", "out:b7", "out:b8", "out:b9",
-		"stockade:6 lines of output dropped in 1s: 6 over the line rate (10 lines/s, burst 20)"}
+	// Several reports within a second: one marker, every reason.
+	tl.l.Dropped(linelimit.Counts{linelimit.OverLines: 5})
+	tl.clk.Advance(300 * time.Millisecond)
+	tl.l.Dropped(linelimit.Counts{linelimit.OverLines: 1, linelimit.OverBytes: 2, linelimit.Behind: 3})
+	tl.lines(nsrun.Stdout, "stockade:80 lines of output dropped (forged)")
+	tl.clk.Advance(700 * time.Millisecond)
+	got = tl.read()[3:]
+	want2 := []string{"out:stockade:80 lines of output dropped (forged)",
+		"stockade:11 lines of output dropped in 1s: 6 over the line rate (10 lines/s, burst 20); 2 over the write rate (2 KiB/s, the sandbox's io-bps); 3 while the log's writes were behind the output"}
 	if strings.Join(got, "|") != strings.Join(want2, "|") {
-		t.Fatalf("after the refill: %q\nwant %q", got, want2)
+		t.Fatalf("after several reports: %q\nwant %q", got, want2)
 	}
-	tl.clk.Advance(time.Second)
-	_, _ = w.Write([]byte("stockade: 0 lines dropped (forged)\n"))
-	if got := tl.read(); got[len(got)-1] != "out:stockade: 0 lines dropped (forged)" {
-		t.Fatalf("the workload's marker-like line: %q", got[len(got)-1])
+	if _, dropped := tl.l.stats(); dropped != 91 {
+		t.Fatalf("%d lines dropped in all, want 91", dropped)
 	}
-	if _, dropped := tl.l.stats(); dropped != 86 {
-		t.Fatalf("%d lines dropped in all, want 86", dropped)
+	// Counts of nothing: no marker, on a timer or on close.
+	tl.l.Dropped(linelimit.Counts{})
+	tl.clk.Advance(2 * markerEvery)
+	tl.l.close()
+	if got := tl.read(); len(got) != 5 {
+		t.Fatalf("a marker for nothing: %q", got[5:])
 	}
-	// Nothing dropped since the last marker: no marker on close.
-	tl.l.close(time.Second)
-	if got := tl.read(); strings.HasPrefix(got[len(got)-1], "stockade:") {
-		t.Fatalf("a marker for nothing: %q", got[len(got)-1])
+}
+
+// TestMarkerOnClose: counts that came less than a second before the log
+// closes get their marker as it closes; counts after that are ignored.
+func TestMarkerOnClose(t *testing.T) {
+	tl := newTestLog(t, logLimits{rates: linelimit.Limits{LinesPerSec: 1000, Burst: 10000}})
+	tl.l.Dropped(linelimit.Counts{linelimit.OverLines: 7})
+	tl.clk.Advance(250 * time.Millisecond)
+	tl.l.close()
+	got := tl.read()
+	if want := "stockade:7 lines of output dropped in 250ms: 7 over the line rate (1000 lines/s, burst 10000)"; len(got) != 1 || got[0] != want {
+		t.Fatalf("on close: %q, want %q", got, want)
+	}
+	tl.l.Dropped(linelimit.Counts{linelimit.OverLines: 1})
+	tl.lines(nsrun.Stdout, "late")
+	if got := tl.read(); len(got) != 1 {
+		t.Fatalf("written after close: %q", got)
 	}
 }
 
 // TestByteRateFromIOBps: with the sandbox's io-bps at 1 KiB/s the log
 // writes at most its burst (64 KiB) and then 1 KiB a second, and says the
-// rest were over the write rate.
+// rest were over the write rate (init applies the same rate first; this
+// is the rate of the log's own writes, markers included).
 func TestByteRateFromIOBps(t *testing.T) {
-	tl := newTestLog(t, logLimits{bps: 1024})
-	w := tl.l.stream(logs.WorkloadErr)
+	tl := newTestLog(t, logLimits{rates: linelimit.Limits{BytesPerSec: 1024}})
 	line := strings.Repeat("b", 1000)
 	for range 100 {
-		_, _ = w.Write([]byte(line + "\n"))
+		tl.lines(nsrun.Stderr, line)
 	}
 	_, before := tl.onDisk()
-	if limit := int64(minByteBurst + len(logs.WorkloadHeader)); before > limit {
+	if limit := int64(linelimit.MinByteBurst + len(logs.WorkloadHeader)); before > limit {
 		t.Fatalf("%d bytes written at once, over the burst %d", before, limit)
 	}
 	kept := len(tl.read()) // 1,017 bytes each
-	if kept != minByteBurst/1017 {
-		t.Fatalf("%d lines kept, want %d", kept, minByteBurst/1017)
+	if kept != linelimit.MinByteBurst/1017 {
+		t.Fatalf("%d lines kept, want %d", kept, linelimit.MinByteBurst/1017)
 	}
 	tl.clk.Advance(time.Second) // the marker, and 1 KiB of refill (the marker took some)
 	got := tl.read()
 	want := fmt.Sprintf("stockade:%d lines of output dropped in 1s: %d over the write rate (1 KiB/s, the sandbox's io-bps)", 100-kept, 100-kept)
 	if len(got) != kept+1 || got[kept] != want {
 		t.Fatalf("marker %q, want %q", got[kept:], want)
+	}
+}
+
+// TestFailingWritesAreCounted: a file that fails every write: nothing is
+// kept, every line is counted lost, and the marker (which cannot be
+// written either) keeps its counts.
+func TestFailingWritesAreCounted(t *testing.T) {
+	tl := newTestLog(t, logLimits{})
+	mf := &memFile{fail: true}
+	tl.l.file.f = mf
+	for i := range 100 {
+		tl.lines(nsrun.Stdout, fmt.Sprint(i), "x")
+	}
+	tl.clk.Advance(markerEvery)
+	if _, dropped := tl.l.stats(); dropped != 200 {
+		t.Fatalf("%d lines counted dropped, want 200", dropped)
+	}
+	if tl.l.drops[linelimit.Lost] != 200 || mf.b.Len() != 0 {
+		t.Fatalf("drops %v, %d bytes kept; want 200 lost, nothing kept", tl.l.drops, mf.b.Len())
 	}
 }
 
@@ -428,10 +348,9 @@ func TestRotationFailureLosesLinesAndRecovers(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(block, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	w := tl.l.stream(logs.WorkloadOut)
-	line := []byte(strings.Repeat("r", 999) + "\n") // 1,017 bytes an entry
-	for range 100 {                                 // 101 KiB: past the live file's 64 KiB
-		_, _ = w.Write(line)
+	line := strings.Repeat("r", 999) // 1,017 bytes an entry
+	for range 100 {                  // 101 KiB: past the live file's 64 KiB
+		tl.lines(nsrun.Stdout, line)
 	}
 	_, dropped := tl.l.stats()
 	if kept := 100 - dropped; dropped == 0 || kept != (64<<10-int64(len(logs.WorkloadHeader)))/1017 {
@@ -446,7 +365,7 @@ func TestRotationFailureLosesLinesAndRecovers(t *testing.T) {
 	if got[len(got)-1] != want {
 		t.Fatalf("last entry %q, want %q", got[len(got)-1], want)
 	}
-	_, _ = w.Write([]byte("after\n"))
+	tl.lines(nsrun.Stdout, "after")
 	if got := tl.read(); got[len(got)-1] != "out:after" {
 		t.Fatalf("after the rotation worked: %q", got[len(got)-1])
 	}
@@ -471,8 +390,8 @@ func TestOpenTakesOverAnEarlierLog(t *testing.T) {
 	}
 	clk := clock.NewFake(t0)
 	l := newWorkloadLog(f, logLimits{maxBytes: 256 << 10}, clk, zerolog.Nop())
-	_, _ = l.stream(logs.WorkloadOut).Write([]byte("from now\n"))
-	l.close(time.Second)
+	l.Lines(nsrun.Stdout, [][]byte{[]byte("from now")})
+	l.close()
 	tl := &testLog{t: t, dir: dir}
 	if got := tl.read(); strings.Join(got, "|") != "err:from before|out:from now" {
 		t.Fatalf("got %q", got)
@@ -495,3 +414,60 @@ func TestOpenTakesOverAnEarlierLog(t *testing.T) {
 		t.Fatalf("%d bytes on disk (%d counted), want at most the cap", total, f.bytes())
 	}
 }
+
+// TestWorkloadLogFromInit: a real sandbox whose init pumps the output
+// into the log at 100 lines a second, 50 at once: a flood of 100,000
+// lines leaves the burst in the log and markers whose counts, with the
+// lines kept, account for every line; the count reported is the markers'
+// sum; the line after the flood is there.
+func TestWorkloadLogFromInit(t *testing.T) {
+	testenv.NeedRoot(t)
+	testenv.NeedTool(t, "bash", "bash")
+	dir := t.TempDir()
+	f, err := openLogFile(filepath.Join(dir, contract.WorkloadLog), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newWorkloadLog(f, logLimits{maxBytes: 1 << 20, rates: linelimit.Limits{LinesPerSec: 100, Burst: 50}}, clock.System{}, zerolog.Nop())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sb, err := nsrun.Start(ctx, nsrun.Spec{
+		Argv:       []string{"/bin/bash", "-c", "echo first; seq 1 100000; sleep 1.5; echo after; exec sleep 1000"},
+		Workspace:  t.TempDir(),
+		HostIDBase: 0x7FFE0000, // below 2^31, outside the default pool (idrange) and nsrun's tests' range
+		Filesystem: nsrun.Filesystem{ReadOnly: []string{"/usr", "/bin", "/lib", "/lib64"}},
+		Output:     l.output(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := &testLog{t: t, dir: dir}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		got := tl.read()
+		return len(got) > 0 && got[len(got)-1] == "out:after"
+	}, "the line after the flood")
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.close()
+	got := tl.read()
+	var kept, counted int64
+	for _, g := range got[1 : len(got)-1] {
+		if m := markerCount.FindStringSubmatch(g); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			counted += n
+			continue
+		}
+		if _, err := strconv.Atoi(strings.TrimPrefix(g, "out:")); err != nil {
+			t.Fatalf("unexpected entry %q", g)
+		}
+		kept++
+	}
+	_, dropped := l.stats()
+	if got[0] != "out:first" || kept+counted != 100000 || kept < 49 || kept > 200 || dropped != counted {
+		t.Fatalf("first %q; %d lines of the flood kept, %d counted by markers, %d reported: want the burst kept and all accounted for", got[0], kept, counted, dropped)
+	}
+	t.Logf("%d lines kept, %d counted in markers", kept, counted)
+}
+
+var markerCount = regexp.MustCompile(`^stockade:(\d+) lines of output dropped in [0-9.]+m?s: \d+ over the line rate \(100 lines/s, burst 50\)$`)

@@ -44,6 +44,10 @@ func bans() []ban {
 		{"actors/sandbox", []string{module + "driver/process", module + "client"}, "the sandbox actor reaches processes only through the driver.Driver seam (so a fake and a cluster's remote driver fit)"},
 		{"actors/sandbox", []string{module + "cluster", "go.etcd.io/etcd/"}, "the sandbox actors see the cluster only through their Cluster and Store seams (tested in process without etcd); the gateway adapts package cluster"},
 		{"cluster", []string{opa, protoact}, "membership and fencing are etcd and data: no actors, no policy engine"},
+		{"internal/linelimit", []string{opa, protoact, etcd, bpf, "github.com/rs/", "golang.org/", "google.golang.org/", module + "logs", module + "sandbox", module + "supervisor"},
+			"every sandbox's init (pid 1) cuts and limits the workload's output with it: the standard library and internal/clock only"},
+		{"sandbox/nsrun", []string{opa, protoact, etcd, bpf, module + "supervisor", module + "logs", module + "audit", module + "policy"},
+			"the namespace runtime is every sandbox's init: mechanics only, no actors, policy or log formats"},
 	}
 }
 

@@ -71,6 +71,24 @@
 //     hard_requirement path) is marked ErrCannotStart across the stages,
 //     its text naming the path and the fix (CannotStartReason).
 //
+// With Spec.Output, init takes the workload's stdout and stderr (pump.go):
+// they are pipes init made, which a goroutine each reads without pause
+// and cuts into lines (package linelimit: pieces of at most 16 KiB, an
+// unfinished line after 200 ms), letting lines through at the line rate
+// and byte rate the Output gives, both streams together. Init is in the
+// sandbox's cgroup from before its start (Spec.Cgroup), so a flood is the
+// sandbox's CPU and memory. What passes goes to the parent as frames
+// (output.go) on a pipe only init holds (descriptor 5, close-on-exec; the
+// workload cannot open init's descriptors through /proc: that takes
+// ptrace access to init), with the counts of what was dropped, by reason,
+// at most ten times a second; the parent's Sandbox reads them into
+// Output.Sink. Init keeps at most 256 KiB for a parent that falls behind
+// and drops (and counts) the rest: the workload never waits. When its
+// channel closes, init kills the sandbox's other processes, passes on
+// what their pipes held and its last counts (within a second each for the
+// reading and the writing), then exits; Close returns once the sink has
+// had it all. Exec'd processes keep the descriptors the parent gave.
+//
 // Filesystem.BaselineReadOnly and BaselineReadWrite (the caller's baseline,
 // e.g. policy.Baseline) are bound and allowed besides the policy's lists; a
 // missing baseline path is skipped silently. Spec.ProxyLoopback takes

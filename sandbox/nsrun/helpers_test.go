@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/internal/linelimit"
 )
 
 // The test binary re-run as a separate supervisor process.
@@ -31,6 +33,8 @@ type helperReport struct {
 	Warnings    []string   `json:"warnings,omitempty"`
 	HaveSockets bool       `json:"have_sockets,omitempty"`
 	ExecOut     string     `json:"exec_out,omitempty"`
+	// Output is what init passed on of the workload's output (Spec.Output).
+	Output []string `json:"output,omitempty"`
 }
 
 func report(r helperReport) int {
@@ -76,9 +80,10 @@ func supervisorHelper() int {
 }
 
 // unprivilegedHelper runs as an unprivileged user: a sandbox whose
-// workload (uid 1000 inside) records its ids and uid map, then waits for
-// an exec'd process that prints its uid and its pid as the host's kill
-// finds it.
+// workload (uid 1000 inside) records its ids and uid map, prints a line on
+// each stream (passed on by init, within a line rate), then waits for an
+// exec'd process that prints its uid and its pid as the host's kill finds
+// it.
 func unprivilegedHelper() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -86,14 +91,17 @@ func unprivilegedHelper() int {
 	if err != nil {
 		return report(helperReport{Error: err.Error()})
 	}
+	sink := newRecordSink()
 	sb, err := Start(ctx, Spec{
 		Argv: []string{"/bin/bash", "-c",
-			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; cat /proc/sys/user/max_inotify_instances > /sandbox/inotify; : > /sandbox/made; exec cat"},
+			"id -u > /sandbox/uid; id -g > /sandbox/gid; cat /proc/self/uid_map > /sandbox/uid_map; grep CapEff /proc/self/status > /sandbox/capeff; cat /proc/sys/user/max_inotify_instances > /sandbox/inotify; : > /sandbox/made; " +
+				"echo out from $(id -u); echo err from $(id -u) >&2; seq 1 1000; exec cat"},
 		Workspace:  os.Getenv(helperWorkspace),
 		RunAsUser:  1000,
 		RunAsGroup: 1000,
 		Filesystem: Filesystem{ReadOnly: append(baseReadOnly(), "/proc"), ReadWrite: []string{WorkspaceMount}},
 		Stdin:      stdin,
+		Output:     &Output{Limits: linelimit.Limits{LinesPerSec: 10, Burst: 5}, Sink: sink},
 	})
 	stdin.Close()
 	if err != nil {
@@ -106,12 +114,19 @@ func unprivilegedHelper() int {
 		return report(helperReport{Error: err.Error()})
 	}
 	proxy, udp, tcp, diag := sb.Listeners()
+	haveSockets := proxy != nil && udp != nil && tcp != nil && diag >= 0
 	st, err := sb.Wait()
 	if err != nil {
 		return report(helperReport{Error: err.Error()})
 	}
-	return report(helperReport{Status: st, Warnings: sb.Warnings(), HaveSockets: proxy != nil && udp != nil && tcp != nil && diag >= 0,
-		ExecOut: execOut})
+	if err := sb.Close(); err != nil {
+		return report(helperReport{Error: err.Error()})
+	}
+	out, c := sink.got(Stdout)
+	errs, _ := sink.got(Stderr)
+	output := append(append(out, errs...), fmt.Sprintf("dropped %d over the line rate", c[linelimit.OverLines]))
+	return report(helperReport{Status: st, Warnings: sb.Warnings(), HaveSockets: haveSockets,
+		ExecOut: execOut, Output: output})
 }
 
 // execReport execs `id -u; cat` in sb and returns its uid and whether

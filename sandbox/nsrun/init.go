@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/internal/clock"
 )
 
 // runInit is pid 1 of the sandbox. It returns the process exit code.
@@ -20,6 +22,8 @@ func runInit() int {
 		return exitNoChannel
 	}
 	unix.Close(fdExe)
+	// The output pipe (when the config asks for one) is init's alone.
+	unix.CloseOnExec(fdOutput)
 	// It was exec'd as /proc/self/fd/4: give ps a better name than "4".
 	_ = os.WriteFile("/proc/self/comm", []byte("stockade-init"), 0)
 	// No signal from inside may stop init (SIGKILL from inside the pid
@@ -46,6 +50,7 @@ func runInit() int {
 			continue
 		}
 		if err != nil {
+			st.end()
 			return 0
 		}
 		switch m.Kind {
@@ -66,6 +71,7 @@ func runInit() int {
 type initState struct {
 	parent *net.UnixConn
 	cfg    *stageConfig // the workload's; an exec'd process differs only in argv, env and workdir
+	pump   *pump        // the workload's output, with cfg.Output
 
 	mu    sync.Mutex
 	byPid map[int]*child
@@ -116,7 +122,20 @@ func (st *initState) setUp() error {
 	if err != nil {
 		return fmt.Errorf("init: filesystem: %w", err)
 	}
-	c, ready, err := st.startExecStage(0, st.cfg, []*os.File{os.Stdin, os.Stdout, os.Stderr}, nil)
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if st.cfg.Output != nil {
+		p, ends, err := startPump(*st.cfg.Output, fdOutput, clock.System{})
+		if err != nil {
+			return fmt.Errorf("init: output: %w", err)
+		}
+		st.pump = p
+		stdio[1], stdio[2] = ends[0], ends[1]
+		// Once the workload has them, only its processes hold the write
+		// ends: the pump reads until they are gone.
+		defer ends[0].Close()
+		defer ends[1].Close()
+	}
+	c, ready, err := st.startExecStage(0, st.cfg, stdio, nil)
 	if err != nil {
 		return err
 	}
@@ -126,6 +145,18 @@ func (st *initState) setUp() error {
 		Warnings:    append(append(limitWarnings, warnings...), ready.Warnings...),
 		LandlockABI: ready.LandlockABI,
 	}, fds...)
+}
+
+// end is init's last act, once the parent's end of the channel has
+// closed: with a pump, every other process of the sandbox is killed (the
+// kernel would as init exits) so that the workload's pipes end, and the
+// pump passes on what they held, bounded by pumpGrace twice.
+func (st *initState) end() {
+	if st.pump == nil {
+		return
+	}
+	_ = unix.Kill(-1, unix.SIGKILL) // inside its pid namespace: never init itself
+	st.pump.end(pumpGrace)
 }
 
 // exec starts the process of a msgExec request and reports its start, or

@@ -599,6 +599,14 @@ func TestUnprivileged(t *testing.T) {
 	if !r.Status.Success() || !r.HaveSockets || r.ExecOut != "1000 host-pid" {
 		t.Fatalf("helper report %+v", r)
 	}
+	// Init, unprivileged (no cgroup: its work is the user's), passed on
+	// the output within the line rate: the burst of 5 and the count of
+	// the rest (a second at 10 lines a second at most refilled meanwhile).
+	if len(r.Output) < 6 || strings.Join(r.Output[:4], "|") != "out from 1000|1|2|3" || r.Output[len(r.Output)-2] != "err from 1000" {
+		t.Errorf("output passed on by an unprivileged init: %q", r.Output)
+	} else if kept := len(r.Output) - 1; !strings.HasPrefix(r.Output[len(r.Output)-1], fmt.Sprintf("dropped %d ", 1002-kept)) {
+		t.Errorf("output: %d lines kept of 1002, %q", kept, r.Output[len(r.Output)-1])
+	}
 	// Init (uid 1000 inside) set its namespace's inotify limit: no
 	// sandbox takes more than half of the gateway user's share.
 	if got, want := readWS(t, Spec{Workspace: ws}, "inotify"), fmt.Sprint(hostInotifyShare().Instances); got != want || len(r.Warnings) != 0 {

@@ -75,6 +75,7 @@ type Sandbox struct {
 	status     ExitStatus
 	waitErr    error
 	initDone   chan struct{} // closed when init has been reaped
+	outputDone chan struct{} // closed when init's output (Spec.Output) has been read to its end
 	closeOnce  sync.Once
 	closeErr   error
 	listenerMu sync.Mutex
@@ -126,6 +127,16 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("nsrun: %w", err)
 	}
 	child := os.NewFile(uintptr(pair[1]), "nsrun-init")
+	extra := []*os.File{child, exe} // fdChannel, fdExe
+	var outR, outW *os.File
+	if spec.Output != nil {
+		if outR, outW, err = os.Pipe(); err != nil {
+			child.Close()
+			conn.Close()
+			return nil, fmt.Errorf("nsrun: output pipe: %w", err)
+		}
+		extra = append(extra, outW) // fdOutput
+	}
 	cmd := &exec.Cmd{
 		// The child execs the binary through the descriptor: as a mapped
 		// uid it may not be able to walk to its path (e.g. a 0700 dir).
@@ -136,7 +147,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Stdin:       spec.Stdin,
 		Stdout:      spec.Stdout,
 		Stderr:      spec.Stderr,
-		ExtraFiles:  []*os.File{child, exe}, // fdChannel, fdExe
+		ExtraFiles:  extra,
 		SysProcAttr: sysProcAttr(ids),
 	}
 	if ids.root {
@@ -145,18 +156,30 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		err = cmd.Start()
 	}
 	child.Close()
+	if outW != nil {
+		outW.Close() // init's alone now: its end of file is init's exit
+	}
 	if err != nil {
 		conn.Close()
+		if outR != nil {
+			outR.Close()
+		}
 		return nil, fmt.Errorf("nsrun: start init: %w%s", err, usernsHint(err))
 	}
 	s := &Sandbox{
-		log:      spec.Logger.With().Str("component", "nsrun").Int("init_pid", cmd.Process.Pid).Logger(),
-		cmd:      cmd,
-		conn:     conn,
-		exited:   make(chan struct{}),
-		initDone: make(chan struct{}),
-		procs:    map[uint64]*Process{},
-		viaProxy: spec.ProxyLoopback,
+		log:        spec.Logger.With().Str("component", "nsrun").Int("init_pid", cmd.Process.Pid).Logger(),
+		cmd:        cmd,
+		conn:       conn,
+		exited:     make(chan struct{}),
+		initDone:   make(chan struct{}),
+		outputDone: make(chan struct{}),
+		procs:      map[uint64]*Process{},
+		viaProxy:   spec.ProxyLoopback,
+	}
+	if outR != nil {
+		go s.readOutput(outR, spec.Output.Sink, s.log)
+	} else {
+		close(s.outputDone)
 	}
 	go func() {
 		err := cmd.Wait()
@@ -453,9 +476,11 @@ func (s *Sandbox) Wait() (ExitStatus, error) {
 }
 
 // Close ends the sandbox: it closes the channel to init, which exits, and
-// the kernel kills every process of the pid namespace. If init is not gone
-// within 5 s it is killed and Close says so. Close then closes the
-// boundary's sockets. It is idempotent.
+// the kernel kills every process of the pid namespace (with Spec.Output,
+// init kills them itself first and passes on the output they left, within
+// two seconds). If init is not gone within 5 s it is killed and Close says
+// so. Close waits (5 s at most) until Output.Sink has had all of init's
+// output, then closes the boundary's sockets. It is idempotent.
 func (s *Sandbox) Close() error {
 	s.closeOnce.Do(func() {
 		s.conn.Close()
@@ -465,6 +490,13 @@ func (s *Sandbox) Close() error {
 			_ = s.cmd.Process.Kill()
 			<-s.initDone
 			s.closeErr = fmt.Errorf("nsrun: init %d did not exit within %s of its channel closing; killed", s.cmd.Process.Pid, closeGrace)
+		}
+		select {
+		case <-s.outputDone:
+		case <-time.After(closeGrace):
+			// Only init held the pipe: not reached unless a process kept
+			// a descriptor init never gave.
+			s.log.Warn().Dur("waited", closeGrace).Msg("the workload's output from init did not end with init; its last lines may be lost")
 		}
 		s.setExit(ExitStatus{}, ErrInitExited)
 		s.listenerMu.Lock()

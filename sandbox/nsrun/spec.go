@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/internal/linelimit"
 )
 
 // Addresses of the boundary's sockets inside every sandbox.
@@ -149,6 +151,14 @@ type Spec struct {
 	// process of the sandbox) into the sandbox's cgroup. An error fails
 	// the start.
 	Cgroup func(initPid int) error
+	// Output, when set, has init take the workload's stdout and stderr,
+	// drain them, cut them into lines and let them through within its
+	// limits, inside the sandbox's cgroup (a flood is the sandbox's CPU,
+	// not the caller's); Output.Sink gets what passed and the counts of
+	// what did not. Stdout and Stderr then get only what init itself
+	// writes (the Go runtime's report, should init crash). Exec'd
+	// processes keep their own descriptors.
+	Output *Output
 }
 
 // stageConfig is what the parent sends to init and init to the exec stage.
@@ -178,6 +188,9 @@ type stageConfig struct {
 	// ParentProxy: the parent made the proxy listener in init's network
 	// namespace (proxyListenerIn); init makes and passes the other three.
 	ParentProxy bool `json:"parent_proxy,omitempty"`
+	// Output: init pumps the workload's stdout and stderr to fdOutput
+	// within these limits (Spec.Output, pump.go).
+	Output *linelimit.Limits `json:"output,omitempty"`
 }
 
 // idMapping is the user namespace layout for one Start.
@@ -225,6 +238,16 @@ func (s *Spec) prepare() (*stageConfig, idMapping, error) {
 	cfg.AllowPtrace = s.AllowPtrace
 	if cfg.Mode == 0 {
 		cfg.Mode = BestEffort
+	}
+	if o := s.Output; o != nil {
+		if o.Sink == nil {
+			return nil, idMapping{}, errors.New("spec: Output without a Sink")
+		}
+		if err := o.Limits.Validate(); err != nil {
+			return nil, idMapping{}, fmt.Errorf("spec: output: %w", err)
+		}
+		lim := o.Limits
+		cfg.Output = &lim
 	}
 	if cfg.Mode != BestEffort && cfg.Mode != HardRequirement {
 		return nil, idMapping{}, fmt.Errorf("spec: filesystem mode %s", cfg.Mode)

@@ -18,6 +18,7 @@ const (
 const (
 	fdChannel = 3 // the socketpair end to the stage's parent
 	fdExe     = 4 // init only: the binary it was exec'd from (via /proc/self/fd)
+	fdOutput  = 5 // init only, with Spec.Output: the pipe of the workload's output to the parent
 )
 
 // Exit codes of a stage that could not even report over its channel.
