@@ -68,7 +68,9 @@ func (a *sandboxActor) launch(ctx actor.Context) {
 	if err != nil {
 		a.env.Log.Error().Err(err).Str("sandbox", a.name).Msg("no host id range; supervisor not started")
 		a.conflicted(err)
-		a.step(ctx, func() (lifecycle.Transition, error) { return a.m.On(lifecycle.StartFailed{Detail: err.Error()}, a.self()) })
+		a.step(ctx, func() (lifecycle.Transition, error) {
+			return a.m.On(lifecycle.StartFailed{Detail: err.Error()}, a.self())
+		})
 		return
 	}
 	inst := newInstance()

@@ -21,9 +21,9 @@ import (
 	"github.com/stockade-dev/stockade/client"
 	"github.com/stockade-dev/stockade/cluster"
 	"github.com/stockade-dev/stockade/contract"
-	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/internal/logfile"
 	"github.com/stockade-dev/stockade/internal/logx"
+	"github.com/stockade-dev/stockade/sandbox/idrange"
 	"github.com/stockade-dev/stockade/supervisor"
 	"github.com/stockade-dev/stockade/transport"
 )
