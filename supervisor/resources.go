@@ -3,7 +3,7 @@ package supervisor
 import (
 	"fmt"
 	"io/fs"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,26 +119,44 @@ func (r *resources) measureWorkspace() {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
-		var sum int64
-		n := 0
-		_ = filepath.WalkDir(r.workspace, func(_ string, d fs.DirEntry, err error) error {
-			if n++; err != nil || n > 200000 {
-				return fs.SkipAll
-			}
-			if d.Type().IsRegular() {
-				if fi, err := d.Info(); err == nil {
-					sum += fi.Size()
-				}
-			}
-			return nil
-		})
-		r.wsBytes.Store(sum)
+		r.wsBytes.Store(workspaceBytes(r.workspace, 200000))
 		select {
 		case <-r.stop:
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// workspaceBytes sums the sizes of the regular files under dir, reading at
+// most limit entries. The workload writes there while this runs as host
+// root: the walk goes through an os.Root of dir, so a directory the
+// workload swaps for a link to elsewhere on the host between the listing
+// and the descent is an error there, never followed out of dir (a
+// pass over a path would list and size the host's files instead).
+func workspaceBytes(dir string, limit int) int64 {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0
+	}
+	defer root.Close()
+	var sum int64
+	n := 0
+	_ = fs.WalkDir(root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
+		if n++; n > limit {
+			return fs.SkipAll
+		}
+		if err != nil {
+			return nil // that entry (a raced or escaping one) is left out
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				sum += fi.Size()
+			}
+		}
+		return nil
+	})
+	return sum
 }
 
 // close stops measuring and removes the group once its processes are
