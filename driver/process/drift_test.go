@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/driver"
+	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/sandbox/spec"
 	"github.com/stockade-dev/stockade/store"
 )
@@ -82,8 +85,15 @@ func TestDriftOfAdoptedSupervisor(t *testing.T) {
 	if got := drift(changed, "s"); got != "gateway settings changed since this sandbox started (dns-upstream): stop and start it to apply" {
 		t.Errorf("dns-upstream: %q", got)
 	}
-	// No spec file for that name: nothing to compare.
-	if got := drift(changed, "other"); got != "" {
+	// No spec file any more: nothing to compare.
+	if err := os.Remove(testenv.Path(t)(contract.StateDir(state).SpecFile("s"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := drift(changed, "s"); got != "" {
 		t.Errorf("no spec file: drift %q", got)
+	}
+	// The supervisor of s is not adopted as another sandbox's.
+	if _, err := New(cfg).Adopt(ctx, "other", p.Pid()); !errors.Is(err, driver.ErrGone) {
+		t.Errorf("s's supervisor adopted as other's: %v", err)
 	}
 }

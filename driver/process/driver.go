@@ -209,7 +209,11 @@ func (d *Driver) Adopt(_ context.Context, name string, pid int) (driver.Proc, er
 	if err := contract.CheckName(name); err != nil {
 		return nil, fmt.Errorf("adopt supervisor %d: %w", pid, err)
 	}
-	h, err := d.adopt(pid)
+	spec, err := d.layout().SpecFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("adopt supervisor %d: %w", pid, err)
+	}
+	h, err := d.adopt(pid, spec)
 	if errors.Is(err, ErrGone) {
 		return nil, fmt.Errorf("sandbox %s: supervisor %d: %w", name, pid, driver.ErrGone)
 	}
@@ -250,8 +254,9 @@ func (d *Driver) newestLog(name string) string {
 
 // adopt returns the watch of supervisor pid: the one this gateway has
 // while that process lives (a pidfd names one process: never another that
-// reused the pid), else a new one.
-func (d *Driver) adopt(pid int) (*Handle, error) {
+// reused the pid), else a new one, for a process whose command line is
+// `stockade supervisor --spec SPEC ...` with this sandbox's spec file.
+func (d *Driver) adopt(pid int, spec string) (*Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if h, ok := d.watched[pid]; ok {
@@ -261,12 +266,33 @@ func (d *Driver) adopt(pid int) (*Handle, error) {
 			return h, nil
 		}
 	}
-	h, err := Adopt(pid, Marker)
+	h, err := Adopt(pid, func(argv []string) bool {
+		for i := 1; i+2 < len(argv); i++ {
+			if argv[i] == Marker && argv[i+1] == "--spec" && sameFile(argv[i+2], spec) {
+				return true
+			}
+		}
+		return false
+	})
 	if err != nil {
 		return nil, err
 	}
 	d.keep(h)
 	return h, nil
+}
+
+// sameFile reports whether a and b name one existing file (the state dir
+// may be named another way than when the supervisor was started).
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // Remove implements driver.Driver.

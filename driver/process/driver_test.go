@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -61,6 +62,17 @@ func TestDriverStartAdoptRemove(t *testing.T) {
 	}
 	if _, err := d.Adopt(ctx, "s", os.Getpid()); !errors.Is(err, driver.ErrGone) {
 		t.Fatalf("adopting a pid without the marker: %v", err)
+	}
+	// A pid read from a store is untrusted: a process whose command line
+	// merely says "supervisor --spec" (another's, or a local user's) is not
+	// adopted, and so never signalled as s's supervisor.
+	other := exec.Command("/bin/sh", "-c", "sleep 30; : supervisor --spec "+filepath.Join(state, "elsewhere"), "supervisor", "--spec", filepath.Join(state, "elsewhere"))
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	if _, err := d.Adopt(ctx, "s", other.Process.Pid); !errors.Is(err, driver.ErrGone) {
+		t.Fatalf("adopting a stranger whose command line says supervisor --spec: %v", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -92,14 +92,21 @@ func Start(s Spec) (*Handle, error) {
 }
 
 // Adopt watches a supervisor started by an earlier gateway. It fails with
-// ErrGone when no such process exists or when pid now belongs to another
-// program (the command line must contain marker).
-func Adopt(pid int, marker string) (*Handle, error) {
+// ErrGone when no such process exists, when pid now belongs to another
+// user than this process's, or when its command line is not one want
+// accepts (a pid read from a store is untrusted, and one reused by another
+// program must never be signalled as a supervisor).
+func Adopt(pid int, want func(argv []string) bool) (*Handle, error) {
 	if pid <= 0 {
 		return nil, ErrGone
 	}
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || !strings.Contains(string(cmdline), marker) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	cmdline, err := os.ReadFile(dir + "/cmdline")
+	if err != nil || !want(strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")) {
+		return nil, ErrGone
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil || int(st.Uid) != os.Geteuid() {
 		return nil, ErrGone
 	}
 	return watch(pid, func() error { return errors.New("supervisor exited (not our child; status unknown)") })

@@ -65,10 +65,12 @@ func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := Adopt(h.Pid, "not-this-program"); !errors.Is(err, ErrGone) {
-		t.Fatalf("adopting with a wrong marker: %v, want ErrGone", err)
+	sleep30 := func(argv []string) bool { return len(argv) == 2 && argv[0] == "/bin/sleep" && argv[1] == "30" }
+	// A command line that merely contains the word is not the program.
+	if _, err := Adopt(h.Pid, func(argv []string) bool { return len(argv) == 2 && argv[1] == "3" }); !errors.Is(err, ErrGone) {
+		t.Fatalf("adopting with a wrong command line: %v, want ErrGone", err)
 	}
-	a, err := Adopt(h.Pid, "sleep")
+	a, err := Adopt(h.Pid, sleep30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +80,10 @@ func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("adopted handle did not see the exit")
 	}
-	if _, err := Adopt(h.Pid, "sleep"); !errors.Is(err, ErrGone) {
+	if _, err := Adopt(h.Pid, sleep30); !errors.Is(err, ErrGone) {
 		t.Fatalf("adopting a dead pid: %v, want ErrGone", err)
 	}
-	if _, err := Adopt(0, "x"); !errors.Is(err, ErrGone) {
+	if _, err := Adopt(0, sleep30); !errors.Is(err, ErrGone) {
 		t.Fatal("pid 0 adopted")
 	}
 }
