@@ -23,16 +23,17 @@ func CheckName(name string) error {
 
 // CheckHostName validates a gateway node's name (`gateway run --node`) or
 // a host's (`--host-id`, by default the machine's host name), which what
-// names in the error: a DNS name of 1-253 letters, digits, '-' and '.',
-// starting and ending with a letter or digit, without an empty label.
-// Such a name holds no '/' and is never "." or "..".
+// names in the error: 1-253 letters, digits, '-', '_' and '.', in labels
+// that start and end with a letter or digit (host names with '_' exist,
+// and earlier versions recorded them). Such a name holds no '/' and is
+// never "." or "..".
 func CheckHostName(what, name string) error {
 	ok := len(name) > 0 && len(name) <= 253
 	for label := range strings.SplitSeq(name, ".") {
-		ok = ok && isLabel(strings.ToLower(label), MaxNameLen)
+		ok = ok && isLabel(strings.ReplaceAll(strings.ToLower(label), "_", "-"), MaxNameLen)
 	}
 	if !ok {
-		return fmt.Errorf("%s %q: use a DNS name (letters, digits, '-' and '.', each label starting and ending with a letter or digit)", what, name)
+		return fmt.Errorf("%s %q: use a DNS name (letters, digits, '-', '_' and '.', each label starting and ending with a letter or digit)", what, name)
 	}
 	return nil
 }

@@ -137,8 +137,16 @@ func (a *sandboxActor) registerIDs() {
 // releaseIDs forgets what the allocator gave this sandbox (deleted, or
 // its create failed).
 func (a *sandboxActor) releaseIDs() {
-	if a.env.IDs != nil {
-		a.env.IDs.Release(a.name)
+	if a.env.IDs == nil {
+		return
+	}
+	a.env.IDs.Release(a.name)
+	// Deleted with its workspace: its claim on this host would only be
+	// stale (kept with it: the claim keeps the range for the next create).
+	if r := a.rec.HostIDs; r != nil && !a.rec.KeepWorkspace {
+		if err := a.env.IDs.Drop(*r, a.idOwner()); err != nil {
+			a.env.Log.Warn().Err(err).Str("sandbox", a.name).Msg("host id claim not removed; it is stale and will be reused")
+		}
 	}
 }
 

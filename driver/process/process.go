@@ -27,11 +27,8 @@ type Spec struct {
 	Args []string
 	// Env is added to the supervisor's environment.
 	Env []string
-	// LogFile receives the supervisor's stdout and stderr (appended),
-	// unless Out is set.
-	LogFile string
-	// Out, when set, receives the supervisor's stdout and stderr (the
-	// caller opened it and closes it after Start).
+	// Out receives the supervisor's stdout and stderr (the caller opened
+	// it, appending, and closes it after Start).
 	Out *os.File
 	// Dir is the working directory.
 	Dir string
@@ -55,15 +52,10 @@ func Start(s Spec) (*Handle, error) {
 		}
 		bin = exe
 	}
-	out := s.Out
-	if out == nil {
-		f, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("driver: open supervisor log: %w", err)
-		}
-		defer f.Close()
-		out = f
+	if s.Out == nil {
+		return nil, errors.New("driver: start supervisor: no file for its output")
 	}
+	out := s.Out
 	cmd := exec.Command(bin, s.Args...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.Stdout, cmd.Stderr = out, out

@@ -14,7 +14,7 @@ import (
 
 func TestStartIsDetachedAndStops(t *testing.T) {
 	dir := t.TempDir()
-	h, err := Start(Spec{Binary: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}, LogFile: filepath.Join(dir, "log")})
+	h, err := Start(Spec{Binary: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}, Out: logFile(t, filepath.Join(dir, "log"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestStartIsDetachedAndStops(t *testing.T) {
 }
 
 func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
-	h, err := Start(Spec{Binary: "/bin/sleep", Args: []string{"30"}, LogFile: filepath.Join(t.TempDir(), "log")})
+	h, err := Start(Spec{Binary: "/bin/sleep", Args: []string{"30"}, Out: logFile(t, filepath.Join(t.TempDir(), "log"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,4 +86,15 @@ func TestAdoptWatchesAndRejectsStrangers(t *testing.T) {
 	if _, err := Adopt(0, sleep30); !errors.Is(err, ErrGone) {
 		t.Fatal("pid 0 adopted")
 	}
+}
+
+// logFile opens path for a supervisor's output, closed with the test.
+func logFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

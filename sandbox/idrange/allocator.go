@@ -45,9 +45,6 @@ func NewAllocator(pool Range, claims *Claims, opts ...AllocatorOption) (*Allocat
 // Pool is the allocator's pool.
 func (a *Allocator) Pool() Range { return a.pool }
 
-// Claims are where the allocator claims ranges.
-func (a *Allocator) Claims() *Claims { return a.claims }
-
 // Allocate gives sandbox o a range: one of prefer that is free (a kept
 // workspace's earlier range, say), else one this host's claims already
 // give o (Claims.Of), else the first free one from a random start. Free: not in used (the ranges of the store's other records), not
@@ -114,6 +111,10 @@ func (a *Allocator) Register(o Owner, r Range) error {
 	}
 	return nil
 }
+
+// Drop removes o's claim of r on this host (Claims.Drop): o is gone with
+// its workspace.
+func (a *Allocator) Drop(r Range, o Owner) error { return a.claims.Drop(r, o) }
 
 // Release forgets what the allocator gave sandbox name (it was deleted, or
 // its create failed). Its claim stays until its workspace is gone.

@@ -206,3 +206,39 @@ func TestAllocatorFindsItsOwnClaim(t *testing.T) {
 		t.Fatalf("claims of ra: %v, want [%v]", got, r1)
 	}
 }
+
+// TestDropRemovesOnlyAStaleOwnClaim: a deleted sandbox's claim goes; a
+// claim a supervisor holds, or one naming another sandbox, stays.
+func TestDropRemovesOnlyAStaleOwnClaim(t *testing.T) {
+	root := t.TempDir()
+	claims := NewClaims(filepath.Join(root, "run", "ids"))
+	pool := Range{Base: 16 * Size, Size: 4 * Size}
+	a := newAllocator(t, pool, claims, 0)
+	ra, rb := owner(t, root, "gw1", "ra"), owner(t, root, "gw1", "rb")
+	r1, err := a.Allocate(ra, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.Allocate(rb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(r Range) bool { _, err := os.Stat(claims.path(r)); return err == nil }
+	if err := a.Drop(r1, rb); err != nil || !exists(r1) {
+		t.Fatalf("rb dropped ra's claim: %v", err)
+	}
+	h, err := claims.Hold(r2, rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Drop(r2, rb); err != nil || !exists(r2) {
+		t.Fatalf("a held claim was dropped: %v", err)
+	}
+	h.Close()
+	if err := a.Drop(r1, ra); err != nil || exists(r1) {
+		t.Fatalf("ra's own claim after its delete: exists %v, %v", exists(r1), err)
+	}
+	if got := claims.Of(ra, pool); len(got) != 0 {
+		t.Fatalf("claims of ra after the drop: %v", got)
+	}
+}

@@ -231,6 +231,33 @@ func (c *Claims) openClaim(r Range, o Owner) (fd int, created bool, err error) {
 
 func (c *Claims) path(r Range) string { return filepath.Join(c.dir, claimName(r)) }
 
+// Drop removes the claim of r when it names o and no supervisor holds it:
+// o was deleted with its workspace, so the claim would only be stale. A
+// claim held, or naming another sandbox, stays.
+func (c *Claims) Drop(r Range, o Owner) error {
+	dirfd, err := c.openDir()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	fd, err := unix.Openat(dirfd, claimName(r), unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("uid claims: open %s: %w", c.path(r), err)
+	}
+	defer unix.Close(fd)
+	got, err := lock(fd)
+	if err != nil || !got || !readOwner(fd).same(o) {
+		return err
+	}
+	if err := unix.Unlinkat(dirfd, claimName(r), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("uid claims: remove %s: %w", c.path(r), err)
+	}
+	return nil
+}
+
 // Of returns the ranges of pool whose claims name o (by state dir and
 // name): a sandbox whose record lost its range (a record of an earlier
 // version, or one whose range was not the pool's) finds what it claimed
