@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/stockade-dev/stockade/internal/logfile"
 	"github.com/stockade-dev/stockade/logs"
 )
 
@@ -106,7 +107,8 @@ func (lf *logFile) write(p []byte) error {
 }
 
 // rotate moves the live file to path.1 (and each path.i to path.i+1, the
-// last one removed) and starts a new live file. On failure the log is
+// last one replaced: logfile.Shift, as for every rotated log) and starts a
+// new live file. On failure the log is
 // closed: the caller tries again later (a new live file is made whatever
 // state the rename left).
 func (lf *logFile) rotate() error {
@@ -114,19 +116,9 @@ func (lf *logFile) rotate() error {
 		_ = lf.f.Close()
 		lf.f = nil
 	}
-	err := os.Remove(lf.old(logKeep))
+	err := logfile.Shift(lf.path, logKeep)
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
-	}
-	for i := logKeep - 1; i >= 1 && err == nil; i-- {
-		if err = os.Rename(lf.old(i), lf.old(i+1)); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-	}
-	if err == nil {
-		if err = os.Rename(lf.path, lf.old(1)); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
 	}
 	lf.statOlds()
 	if err != nil {

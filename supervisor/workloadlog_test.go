@@ -348,6 +348,11 @@ func TestRotationFailureLosesLinesAndRecovers(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(block, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	for _, i := range []string{".1", ".2"} { // so that the rotation must move .2 onto .3
+		if err := os.WriteFile(filepath.Join(tl.dir, contract.WorkloadLog+i), []byte(logs.WorkloadHeader), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	line := strings.Repeat("r", 999) // 1,017 bytes an entry
 	for range 100 {                  // 101 KiB: past the live file's 64 KiB
 		tl.lines(nsrun.Stdout, line)

@@ -120,10 +120,15 @@ func (r *RotatingFile) rotateLocked() error {
 }
 
 // Shift moves a log file out of the way of a new one: FILE.(keep-1) to
-// FILE.keep, ..., FILE to FILE.1; with keep 0, FILE is truncated instead.
+// FILE.keep (replacing the oldest), ..., FILE to FILE.1; with keep 0, FILE
+// is truncated instead. A rename that fails (other than for a file that
+// is not there) stops it, so no rotated file is overwritten by a younger
+// one: the caller keeps writing where it was.
 func Shift(path string, keep int) error {
 	for i := keep - 1; i >= 1; i-- {
-		_ = os.Rename(fmt.Sprintf("%s.%d", path, i), fmt.Sprintf("%s.%d", path, i+1))
+		if err := os.Rename(fmt.Sprintf("%s.%d", path, i), fmt.Sprintf("%s.%d", path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rotate %s: %w", path, err)
+		}
 	}
 	if keep > 0 {
 		if err := os.Rename(path, path+".1"); err != nil {

@@ -170,3 +170,38 @@ func TestRotatingFileCrashReport(t *testing.T) {
 		})
 	}
 }
+
+// TestShiftStopsRatherThanOverwrite: when an older file cannot move (its
+// next name is taken by a directory), Shift fails and leaves every file
+// where it was: a younger one never replaces it.
+func TestShiftStopsRatherThanOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.log")
+	for name, body := range map[string]string{"x.log": "live", "x.log.1": "one", "x.log.2": "two"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "x.log.3", "taken"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Shift(p, 3); err == nil {
+		t.Fatal("Shift succeeded with x.log.3 taken by a directory")
+	}
+	for name, want := range map[string]string{"x.log": "live", "x.log.1": "one", "x.log.2": "two"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s: %q %v, want %q", name, b, err, want)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "x.log.3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Shift(p, 3); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"x.log.1": "live", "x.log.2": "one", "x.log.3": "two"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("after the way is clear, %s: %q %v, want %q", name, b, err, want)
+		}
+	}
+}
