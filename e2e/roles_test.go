@@ -125,6 +125,49 @@ func TestClientRoles(t *testing.T) {
 		t.Fatalf("operator create: exit %d\n%s%s", code, out, errOut)
 	}
 	bobs := w.waitPhase("bobs", "Ready", 30*time.Second, nil)
+
+	// F1: an operator may not lift its sandbox's limits (the workload's
+	// log, memory, pids: the host's protections), nor allow ptrace; each
+	// refusal names the limits, its role and what works, and nothing is
+	// created or changed.
+	out, errOut, code := c.as("bob", "sandbox", "create", "opbox", "--policy", w.policy, "--memory", "none", "--pids", "-1", "--cpus", "-1",
+		"--log-size", "none", "--log-rate", "-1", "--", "/bin/sh", "-c", "exec sleep infinity")
+	if code != 4 || !strings.Contains(errOut, "client:bob is an operator client") || !strings.Contains(errOut, "--memory none (no limit)") ||
+		!strings.Contains(errOut, "--log-size none (no limit)") || !strings.Contains(errOut, "ask for at most the gateway's defaults") {
+		t.Fatalf("operator's create without limits: exit %d\n%s%s\nwant exit 4 naming the limits and what works", code, out, errOut)
+	}
+	if _, code := w.get("opbox"); code != 3 {
+		t.Fatalf("the operator's refused create made a sandbox (get exit %d)", code)
+	}
+	ptrace := filepath.Join(c.dir, "ptrace.yaml")
+	pol, err := os.ReadFile(w.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ptrace, append(pol, "stockade:\n  allow_ptrace: true\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policyBefore, _, _ := c.as("", "policy", "get", "bobs")
+	if out, errOut, code := c.as("bob", "policy", "set", "bobs", ptrace); code != 4 || !strings.Contains(errOut, "stockade.allow_ptrace: true") || !strings.Contains(errOut, "operator") {
+		t.Fatalf("operator's policy set with allow_ptrace: exit %d\n%s%s", code, out, errOut)
+	}
+	if after, _, _ := c.as("", "policy", "get", "bobs"); after != policyBefore || strings.Contains(after, "allow_ptrace") {
+		t.Fatalf("the refused policy set changed bobs' policy:\n%s\nwas\n%s", after, policyBefore)
+	}
+	if s, _ := w.get("bobs"); s.SupervisorPid != bobs.SupervisorPid || len(s.Transitions) != len(bobs.Transitions) {
+		t.Fatalf("bobs after the refused policy set: supervisor %d, %d transitions, was %d, %d", s.SupervisorPid, len(s.Transitions), bobs.SupervisorPid, len(bobs.Transitions))
+	}
+
+	// F6: a name the admin granted to ci is not bob's to create first.
+	if code, out, errOut := c.issue("", "ci", "--role", "operator", "--sandbox", "build"); code != 0 {
+		t.Fatalf("issue ci: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := c.as("bob", "sandbox", "create", "build", "--policy", w.policy, "--", "/bin/true"); code != 4 || !strings.Contains(errOut, "granted to client ci") {
+		t.Fatalf("bob squats ci's build: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, code := w.get("build"); code != 3 {
+		t.Fatalf("bob's refused create of build made a sandbox (get exit %d)", code)
+	}
 	if out, errOut, code := c.as("bob", "sandbox", "exec", "bobs", "--", "/bin/echo", "hello from bobs"); code != 0 || !strings.Contains(out, "hello from bobs") {
 		t.Fatalf("operator exec in its own: exit %d\n%s%s", code, out, errOut)
 	}
@@ -194,13 +237,21 @@ func TestClientRoles(t *testing.T) {
 		}
 	}
 
-	// Revoking boss revokes dave and erin: refused at the handshake; the
-	// admin and the others still work.
-	out, errOut, code := c.as("", "client", "revoke", "boss")
-	if code != 0 || !strings.Contains(out, "dave (1)") || !strings.Contains(out, "erin (1)") {
+	// F9: boss renews the local admin's name (an admin keeps its role:
+	// allowed) into a bundle of its own.
+	if code, out, errOut := c.issue("boss", "admin", "--role", "admin"); code != 0 {
+		t.Fatalf("boss renews admin: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Revoking boss revokes dave, erin and the "admin" certificate boss
+	// issued (by certificate): refused at the handshake; the local
+	// admin's own certificate (the gateway's) and the others still work.
+	out, errOut, code = c.as("", "client", "revoke", "boss")
+	if code != 0 || !strings.Contains(out, "dave (1)") || !strings.Contains(out, "erin (1)") || !strings.Contains(out, "admin (1)") ||
+		strings.Contains(out, "issues a new local admin certificate") {
 		t.Fatalf("revoke boss: exit %d\n%s%s", code, out, errOut)
 	}
-	for _, who := range []string{"boss", "dave", "erin"} {
+	for _, who := range []string{"boss", "dave", "erin", "admin"} {
 		if _, errOut, code := c.as(who, "sandbox", "list"); code != 5 || !strings.Contains(errOut, "refused this client's certificate") {
 			t.Fatalf("%s after revoking boss: exit %d %s, want 5 and the handshake's refusal", who, code, errOut)
 		}
@@ -210,6 +261,19 @@ func TestClientRoles(t *testing.T) {
 		if _, errOut, code := c.as(who, "sandbox", "list"); code != 0 {
 			t.Fatalf("%q after revoking boss: exit %d %s", who, code, errOut)
 		}
+	}
+
+	// F6: a revoked name is not issued again without --reuse-name (the new
+	// holder would drive what it created).
+	_ = os.Remove(c.bundle("dave"))
+	if code, out, errOut := c.issue("", "dave", "--role", "operator"); code != 4 || !strings.Contains(errOut, "client dave was revoked") || !strings.Contains(errOut, "--reuse-name") {
+		t.Fatalf("issue the revoked dave again: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(c.bundle("dave")); err == nil {
+		t.Fatal("the refused issue of dave wrote a bundle")
+	}
+	if code, out, errOut := c.issue("", "dave", "--role", "operator", "--reuse-name"); code != 0 {
+		t.Fatalf("issue the revoked dave again with --reuse-name: exit %d\n%s%s", code, out, errOut)
 	}
 	table, _, _ = c.as("", "client", "list")
 	for _, re := range []string{`(?m)^dave\s+operator\s+-\s+client:boss\s+[0-9a-f]+\s+\S+Z\s+\S+Z\s+\d{4}-\S+Z$`, `(?m)^vic\s+viewer\s+-\s+client:admin\s+[0-9a-f]+\s+\S+Z\s+\S+Z\s+-$`} {
