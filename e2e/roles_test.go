@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // clients issues client bundles with an admin's configuration and runs
@@ -375,5 +382,55 @@ func TestClusterClientRoles(t *testing.T) {
 	}, "n1 to refuse bob revoked through n2")
 	if _, errOut, code := c.as("carol", "sandbox", "list"); code != 0 {
 		t.Fatalf("carol after bob's revoke: exit %d %s", code, errOut)
+	}
+}
+
+// TestRoleRefusalFloodBounded plays F7's attacker against a real
+// gateway: a viewer sends 1,000 refused requests (delete) over one
+// connection. Each is refused (exit 4's status), and the gateway's log
+// keeps at most 20 lines of them (the listeners' bound), then, when the
+// gateway stops (or the minute ends), one line counting the rest.
+func TestRoleRefusalFloodBounded(t *testing.T) {
+	w := newWorld(t, 0)
+	c := newClients(t, w)
+	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
+		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
+	}
+	w.create("ops", "exec sleep infinity")
+	cfg, err := trust.ReadClientConfig(c.bundle("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.Dial(w.addr, cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const flood = 1000
+	for i := 0; i < flood; i++ {
+		r, err := cl.Request(ctx, &messages.SandboxRequest{Name: "ops", Verb: messages.Verb_VERB_DELETE})
+		if err == nil && r.Status != messages.Status_STATUS_REFUSED {
+			t.Fatalf("request %d: %v", i, r)
+		}
+		if err != nil && !errdefs.Is(err, errdefs.KindRefused) {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if s, code := w.get("ops"); code != 0 || s.Phase != "Ready" {
+		t.Fatalf("ops after the flood: %s (exit %d)", s.Phase, code)
+	}
+	_ = w.gw.Process.Signal(syscall.SIGTERM)
+	if err := <-w.gwDone; err != nil {
+		t.Fatalf("gateway stop: %v", err)
+	}
+	lines, reports, notLogged := testenv.LimitedLines(w.gwLog.String(), "access", func(msg string) bool {
+		return msg == "client request refused: its role does not allow it"
+	})
+	t.Logf("%d refused requests: %d lines, %d report(s) counting %d; gateway log %d bytes", flood, lines, reports, notLogged, len(w.gwLog.String()))
+	// The minute may turn during the flood: a second window's lines.
+	if lines == 0 || lines > 2*20 || reports == 0 || lines+notLogged != flood {
+		t.Fatalf("%d lines and %d reports counting %d for %d refused requests, want at most 20 a minute and the rest counted", lines, reports, notLogged, flood)
 	}
 }

@@ -28,7 +28,8 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
-// LimitedLines reads a JSON log (zerolog's lines) bounded by an
+// LimitedLines reads a JSON log (zerolog's lines; the message under
+// "message" or "msg") bounded by an
 // audit.NewLineLimit of component: it counts the lines isLine picks (by
 // their message), the limit's report lines, and the lines those reports
 // say were not logged.
@@ -36,6 +37,7 @@ func LimitedLines(log, component string, isLine func(msg string) bool) (lines, r
 	for _, line := range strings.Split(log, "\n") {
 		var e struct {
 			Message   string `json:"message"`
+			Msg       string `json:"msg"` // the stockade binary's key
 			Component string `json:"component"`
 			NotLogged int    `json:"notLogged"`
 		}
@@ -43,7 +45,7 @@ func LimitedLines(log, component string, isLine func(msg string) bool) (lines, r
 			continue
 		}
 		switch {
-		case isLine(e.Message):
+		case isLine(e.Message + e.Msg):
 			lines++
 		case e.Component == component && e.NotLogged > 0:
 			reports++
