@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/internal/testenv"
 	"github.com/stockade-dev/stockade/messages"
@@ -433,4 +436,89 @@ func TestRoleRefusalFloodBounded(t *testing.T) {
 	if lines == 0 || lines > 2*20 || reports == 0 || lines+notLogged != flood {
 		t.Fatalf("%d lines and %d reports counting %d for %d refused requests, want at most 20 a minute and the rest counted", lines, reports, notLogged, flood)
 	}
+}
+
+// TestLogsStreamsPerClientHeld plays F14's attacker against a real
+// gateway: a viewer holds 4 follow streams of a sandbox over its
+// connection; its fifth is refused (exit 4's kind, naming the cap) while
+// the admin's follow is served; once the viewer ends one, it may open
+// another.
+func TestLogsStreamsPerClientHeld(t *testing.T) {
+	w := newWorld(t, 0)
+	c := newClients(t, w)
+	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
+		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
+	}
+	w.create("ops", "exec sleep infinity")
+	dial := func(path string) *client.Client {
+		t.Helper()
+		cfg, err := trust.ReadClientConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := client.Dial(w.addr, cfg, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	vic, admin := dial(c.bundle("vic")), dial(contract.StateDir(w.state).ClientConfig())
+	// follow starts a follow on cl; it returns when the first batch came
+	// (a stop func) or the stream's error.
+	follow := func(cl *client.Client) (stop func(), err error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		first, done := make(chan struct{}), make(chan error, 1)
+		var once sync.Once
+		go func() {
+			done <- cl.Logs(ctx, &messages.LogsRequest{Name: "ops", Follow: true}, func(*messages.LogsBatch) error {
+				once.Do(func() { close(first) })
+				return nil
+			})
+		}()
+		select {
+		case <-first:
+			return func() { cancel(); <-done }, nil
+		case err := <-done:
+			cancel()
+			return nil, err
+		case <-time.After(10 * time.Second):
+			cancel()
+			return nil, errors.New("no first batch within 10 s")
+		}
+	}
+	var held []func()
+	defer func() {
+		for _, stop := range held {
+			stop()
+		}
+	}()
+	for i := 0; i < 4; i++ {
+		stop, err := follow(vic)
+		if err != nil {
+			t.Fatalf("vic's follow %d: %v", i+1, err)
+		}
+		held = append(held, stop)
+	}
+	if stop, err := follow(vic); err == nil {
+		stop()
+		t.Fatal("vic's fifth follow stream was served")
+	} else if !errdefs.Is(err, errdefs.KindRefused) || !strings.Contains(err.Error(), "already holds 4 logs streams of sandbox ops") {
+		t.Fatalf("vic's fifth follow: %v, want refused naming the cap", err)
+	}
+	stop, err := follow(admin)
+	if err != nil {
+		t.Fatalf("the admin's follow beside vic's 4: %v", err)
+	}
+	held = append(held, stop)
+	// vic ends one: room for another.
+	held[0]()
+	held = held[1:]
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		stop, err := follow(vic)
+		if err == nil {
+			held = append(held, stop)
+		}
+		return err == nil
+	}, "vic to open a stream after ending one")
 }
