@@ -394,21 +394,8 @@ func TestClusterClientRoles(t *testing.T) {
 // keeps at most 20 lines of them (the listeners' bound), then, when the
 // gateway stops (or the minute ends), one line counting the rest.
 func TestRoleRefusalFloodBounded(t *testing.T) {
-	w := newWorld(t, 0)
-	c := newClients(t, w)
-	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
-		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
-	}
-	w.create("ops", "exec sleep infinity")
-	cfg, err := trust.ReadClientConfig(c.bundle("vic"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.Dial(w.addr, cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	w, c := viewerWorld(t)
+	cl := c.dial("vic")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const flood = 1000
@@ -444,26 +431,8 @@ func TestRoleRefusalFloodBounded(t *testing.T) {
 // the admin's follow is served; once the viewer ends one, it may open
 // another.
 func TestLogsStreamsPerClientHeld(t *testing.T) {
-	w := newWorld(t, 0)
-	c := newClients(t, w)
-	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
-		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
-	}
-	w.create("ops", "exec sleep infinity")
-	dial := func(path string) *client.Client {
-		t.Helper()
-		cfg, err := trust.ReadClientConfig(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := client.Dial(w.addr, cfg, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		return cl
-	}
-	vic, admin := dial(c.bundle("vic")), dial(contract.StateDir(w.state).ClientConfig())
+	_, c := viewerWorld(t)
+	vic, admin := c.dial("vic"), c.dial("")
 	// follow starts a follow on cl; it returns when the first batch came
 	// (a stop func) or the stream's error.
 	follow := func(cl *client.Client) (stop func(), err error) {
@@ -521,4 +490,36 @@ func TestLogsStreamsPerClientHeld(t *testing.T) {
 		}
 		return err == nil
 	}, "vic to open a stream after ending one")
+}
+
+// viewerWorld is a gateway with a viewer client, vic, and a sandbox, ops.
+func viewerWorld(t *testing.T) (*world, *clients) {
+	t.Helper()
+	w := newWorld(t, 0)
+	c := newClients(t, w)
+	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
+		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
+	}
+	w.create("ops", "exec sleep infinity")
+	return w, c
+}
+
+// dial connects to the gateway through the client package as client name
+// ("" for the local admin), as a program using it would.
+func (c *clients) dial(name string) *client.Client {
+	c.t.Helper()
+	path := c.bundle(name)
+	if name == "" {
+		path = contract.StateDir(c.w.state).ClientConfig()
+	}
+	cfg, err := trust.ReadClientConfig(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cl, err := client.Dial(c.w.addr, cfg, zerolog.Nop())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return cl
 }
