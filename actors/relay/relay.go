@@ -108,8 +108,8 @@ type listener struct {
 	byToken map[string]*pending
 	quit    chan struct{}
 	done    chan struct{}
-	// refusals bounds the lines logging refused tokens: anyone with a
-	// certificate may present tokens in a loop.
+	// refusals bounds the lines logging refused tokens (anyone with a
+	// certificate may present tokens in a loop) and relays that expired.
 	refusals *audit.DenialLimit
 }
 
@@ -177,8 +177,10 @@ func (l *listener) expire(clientToken string) {
 			_ = c.Close()
 		}
 	}
-	l.log.Warn().Str("sandbox", gone.exp.Sandbox).Bool("client_arrived", gone.pair.Client != nil).
-		Bool("supervisor_arrived", gone.pair.Supervisor != nil).Msg("relay: the other side did not arrive in time")
+	if l.refusals.Allow() { // a client may ask for relays it never uses, in a loop
+		l.log.Warn().Str("sandbox", gone.exp.Sandbox).Bool("client_arrived", gone.pair.Client != nil).
+			Bool("supervisor_arrived", gone.pair.Supervisor != nil).Msg("relay: the other side did not arrive in time")
+	}
 }
 
 func (l *listener) start(ctx actor.Context) {
