@@ -24,6 +24,12 @@
 // creator; granted ones are named when it is issued (--sandbox). Run is
 // apart from Read on purpose: exec and connect run code inside the
 // sandbox, with its workspace and its egress, so a viewer has neither.
+//
+// Some settings lift what protects the host from a sandbox, and only an
+// admin may ask for them (AdminOnlyError): no limit (-1 or none) for any
+// of a sandbox's limits, a limit above the gateway's default, and a
+// policy that turns stockade.allow_ptrace on. The gateway names them; this
+// package words the refusal.
 package access
 
 import (
@@ -156,7 +162,7 @@ func (e *DeniedError) Error() string {
 			creator = "no recorded client"
 		}
 		name := strings.TrimPrefix(e.Client, "client:")
-		return msg + fmt.Sprintf("an operator drives only the sandboxes it created and those granted to it at issue, and %s was created by %s; an admin client can, or an admin can grant it (stockade client revoke %s, then stockade client issue %s --role operator --sandbox %s ...)",
+		return msg + fmt.Sprintf("an operator drives only the sandboxes it created and those granted to it at issue, and %s was created by %s; an admin client can, or an admin can grant it (stockade client revoke %s, then stockade client issue %s --role operator --sandbox %s ... --reuse-name)",
 			e.Req.Sandbox, creator, name, name, e.Req.Sandbox)
 	}
 	switch e.Req.Op {
@@ -213,6 +219,35 @@ func (g Grant) Check(client string, r Request) error {
 		return nil
 	}
 	return &DeniedError{Client: client, Role: g.Role, Req: r, NotOwn: true}
+}
+
+// AdminOnlyError refuses a client that is not an admin a setting only an
+// admin may ask for (the package comment lists them).
+type AdminOnlyError struct {
+	Client string // the caller's identity, e.g. "client:bob"
+	Role   Role
+	// Action names the request, e.g. "create sandbox web".
+	Action string
+	// Asks are the refused settings, each with why, e.g. "--memory none
+	// (no memory limit)".
+	Asks []string
+	// Instead says what works.
+	Instead string
+}
+
+func (e *AdminOnlyError) Error() string {
+	return fmt.Sprintf("%s is a%s %s client and may not %s with %s: only an admin client may lift or raise a sandbox's limits or allow ptrace; %s",
+		e.Client, article(e.Role), e.Role, e.Action, strings.Join(e.Asks, ", "), e.Instead)
+}
+
+// CheckAdminOnly reports whether client, holding g, may make action with
+// the admin-only settings asks: nil when it asks none or g is an admin's,
+// else an *AdminOnlyError saying instead what works.
+func (g Grant) CheckAdminOnly(client, action string, asks []string, instead string) error {
+	if len(asks) == 0 || g.Role == Admin {
+		return nil
+	}
+	return &AdminOnlyError{Client: client, Role: g.Role, Action: action, Asks: asks, Instead: instead}
 }
 
 // LocalAdmin is the name of the client whose configuration `gateway run`

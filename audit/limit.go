@@ -64,6 +64,17 @@ func NewDenialLimit(log zerolog.Logger, max int, window time.Duration, opts ...L
 	return d
 }
 
+// NewLineLimit is a limit of max lines per window of another log than an
+// audit's (a gateway's refused requests or connections): its report says
+// that n of what (e.g. "refused client requests") since since were not
+// logged, as component.
+func NewLineLimit(log zerolog.Logger, component, what string, max int, window time.Duration) *DenialLimit {
+	return NewDenialLimit(log, max, window, WithLimitReport(func(n int, since time.Time) {
+		log.Warn().Str("component", component).Int("notLogged", n).Time("since", since).Int("limit", max).Dur("window", window).
+			Msgf("%d %s since %s were not logged: the log keeps %d per %s", n, what, since.UTC().Format(time.RFC3339), max, window)
+	}))
+}
+
 // Allow reports whether one more line may be written now (the limit's
 // clock); when not, the line is counted and reported with the window's
 // count.

@@ -49,40 +49,52 @@ func (n *Node) PutClientCert(ctx context.Context, c store.ClientCert) error {
 	return nil
 }
 
-// RevokeClient revokes the certificates of the clients store.RevokeClosure
-// names (name and what it issued, transitively), each with a write
-// conditioned on the certificate's revision, and returns those revoked
-// now. It reads again until a pass finds nothing more to revoke: a client
-// issued by one of them through another node while this ran is revoked
-// too (and such an issue, which checks its issuer after its write, sees
-// the revocation: see the gateway's issue).
+// RevokeClient revokes the certificates of name and what they issued
+// (store.RevokeClosure), each with a write conditioned on the
+// certificate's revision, and returns those revoked now. It reads again
+// until a pass finds nothing more to revoke: a client issued by one of
+// them through another node while this ran is revoked too (and such an
+// issue, which checks its issuer after its write, sees the revocation:
+// see the gateway's issue).
 func (n *Node) RevokeClient(ctx context.Context, name string, at time.Time) ([]store.ClientCert, error) {
+	return n.revoke(ctx, "client "+name, func(c store.ClientCert) bool { return c.Name == name }, at)
+}
+
+// RevokeCert is RevokeClient for the one certificate of serial (hex) and
+// what it issued.
+func (n *Node) RevokeCert(ctx context.Context, serial string, at time.Time) ([]store.ClientCert, error) {
+	return n.revoke(ctx, "certificate "+serial, func(c store.ClientCert) bool { return c.Serial == serial }, at)
+}
+
+// revoke revokes the certificates seed picks and their closure (what names
+// them in errors).
+func (n *Node) revoke(ctx context.Context, what string, seed func(store.ClientCert) bool, at time.Time) ([]store.ClientCert, error) {
 	var revoked []store.ClientCert
 	for {
 		resp, err := n.cli.Get(ctx, n.prefix+"clients/", clientv3.WithPrefix())
 		if err != nil {
-			return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+			return revoked, fmt.Errorf("cluster: revoke %s: %w", what, err)
 		}
 		certs := make([]store.ClientCert, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
 			_ = json.Unmarshal(kv.Value, &certs[i]) // an unreadable record names no client
 		}
-		names := store.RevokeClosure(certs, name)
+		serials := store.RevokeClosure(certs, seed)
 		more := false
 		for i, kv := range resp.Kvs {
 			c := certs[i]
-			if !names[c.Name] || !c.Revoked.IsZero() {
+			if c.Serial == "" || !serials[c.Serial] || !c.Revoked.IsZero() {
 				continue
 			}
 			c.Revoked = at
 			data, err := json.Marshal(c)
 			if err != nil {
-				return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+				return revoked, fmt.Errorf("cluster: revoke %s: %w", what, err)
 			}
 			t, err := n.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 				Then(clientv3.OpPut(string(kv.Key), string(data))).Commit()
 			if err != nil {
-				return revoked, fmt.Errorf("cluster: revoke client %q: %w", name, err)
+				return revoked, fmt.Errorf("cluster: revoke %s: %w", what, err)
 			}
 			more = true // done now, or changed since the read: read again
 			if t.Succeeded {

@@ -13,8 +13,10 @@ import (
 
 // TestRevokeClientTransitiveAcrossNodes: clients issued through node a
 // (their records: role, issuer) are in node b's view; revoking one through
-// b revokes what it issued, transitively, and node a's verifier (Revoked)
-// and handlers (Clients().Live) see it; the admin is untouched.
+// b revokes what it issued, transitively and by certificate (the "admin"
+// certificate bob issued goes, the gateway's own stays), and node a's
+// verifier (Revoked) and handlers (Clients().Live) see it; revoking one
+// certificate takes that one alone.
 func TestRevokeClientTransitiveAcrossNodes(t *testing.T) {
 	srv := etcdtest.Start(t)
 	a, b := join(t, srv, "/rv/", "a"), join(t, srv, "/rv/", "b")
@@ -24,6 +26,9 @@ func TestRevokeClientTransitiveAcrossNodes(t *testing.T) {
 		{Name: "bob", Serial: "b1", NotAfter: year, Role: "admin", IssuedBy: "client:admin"},
 		{Name: "carol", Serial: "c1", NotAfter: year, Role: "operator", Sandboxes: []string{"x"}, IssuedBy: "client:bob"},
 		{Name: "dave", Serial: "d1", NotAfter: year, Role: "viewer", IssuedBy: "client:carol"},
+		{Name: "admin", Serial: "a2", NotAfter: year, Role: "admin", IssuedBy: "client:bob", IssuerSerials: []string{"b1"}},
+		{Name: "erin", Serial: "e1", NotAfter: year, Role: "viewer", IssuedBy: "client:admin", IssuerSerials: []string{"a1"}},
+		{Name: "erin", Serial: "e2", NotAfter: year, Role: "viewer", IssuedBy: "client:admin", IssuerSerials: []string{"a1"}},
 	} {
 		if err := a.PutClientCert(ctx5(t), c); err != nil {
 			t.Fatal(err)
@@ -42,14 +47,22 @@ func TestRevokeClientTransitiveAcrossNodes(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"bob", "carol", "dave"}) {
-		t.Fatalf("revoked %v, want bob carol dave", names)
+	if !slices.Equal(names, []string{"admin", "bob", "carol", "dave"}) {
+		t.Fatalf("revoked %v, want admin (bob's), bob, carol, dave", names)
 	}
 	hex := func(s string) *big.Int { n, _ := new(big.Int).SetString(s, 16); return n }
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		return a.Revoked(hex("b1")) && a.Revoked(hex("c1")) && a.Revoked(hex("d1")) && len(a.Clients().Live("dave", time.Now())) == 0
 	}, "node a to refuse bob, carol and dave")
 	if a.Revoked(hex("a1")) || len(a.Clients().Live("admin", time.Now())) != 1 {
-		t.Fatal("the admin was revoked too")
+		t.Fatal("the local admin's own certificate was revoked too")
+	}
+	one, err := a.RevokeCert(ctx5(t), "e1", time.Now())
+	if err != nil || len(one) != 1 || one[0].Serial != "e1" {
+		t.Fatalf("revoking e1: %+v %v, want e1 alone", one, err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.Revoked(hex("e1")) }, "node b to refuse e1")
+	if b.Revoked(hex("e2")) || len(b.Clients().Live("erin", time.Now())) != 1 {
+		t.Fatal("revoking e1 took erin's other certificate")
 	}
 }

@@ -1,17 +1,27 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/stockade-dev/stockade/client"
+	"github.com/stockade-dev/stockade/contract"
+	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/internal/testenv"
+	"github.com/stockade-dev/stockade/messages"
+	"github.com/stockade-dev/stockade/trust"
 )
 
 // clients issues client bundles with an admin's configuration and runs
@@ -125,6 +135,49 @@ func TestClientRoles(t *testing.T) {
 		t.Fatalf("operator create: exit %d\n%s%s", code, out, errOut)
 	}
 	bobs := w.waitPhase("bobs", "Ready", 30*time.Second, nil)
+
+	// F1: an operator may not lift its sandbox's limits (the workload's
+	// log, memory, pids: the host's protections), nor allow ptrace; each
+	// refusal names the limits, its role and what works, and nothing is
+	// created or changed.
+	out, errOut, code := c.as("bob", "sandbox", "create", "opbox", "--policy", w.policy, "--memory", "none", "--pids", "-1", "--cpus", "-1",
+		"--log-size", "none", "--log-rate", "-1", "--", "/bin/sh", "-c", "exec sleep infinity")
+	if code != 4 || !strings.Contains(errOut, "client:bob is an operator client") || !strings.Contains(errOut, "--memory none (no limit)") ||
+		!strings.Contains(errOut, "--log-size none (no limit)") || !strings.Contains(errOut, "ask for at most the gateway's defaults") {
+		t.Fatalf("operator's create without limits: exit %d\n%s%s\nwant exit 4 naming the limits and what works", code, out, errOut)
+	}
+	if _, code := w.get("opbox"); code != 3 {
+		t.Fatalf("the operator's refused create made a sandbox (get exit %d)", code)
+	}
+	ptrace := filepath.Join(c.dir, "ptrace.yaml")
+	pol, err := os.ReadFile(w.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ptrace, append(pol, "stockade:\n  allow_ptrace: true\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policyBefore, _, _ := c.as("", "policy", "get", "bobs")
+	if out, errOut, code := c.as("bob", "policy", "set", "bobs", ptrace); code != 4 || !strings.Contains(errOut, "stockade.allow_ptrace: true") || !strings.Contains(errOut, "operator") {
+		t.Fatalf("operator's policy set with allow_ptrace: exit %d\n%s%s", code, out, errOut)
+	}
+	if after, _, _ := c.as("", "policy", "get", "bobs"); after != policyBefore || strings.Contains(after, "allow_ptrace") {
+		t.Fatalf("the refused policy set changed bobs' policy:\n%s\nwas\n%s", after, policyBefore)
+	}
+	if s, _ := w.get("bobs"); s.SupervisorPid != bobs.SupervisorPid || len(s.Transitions) != len(bobs.Transitions) {
+		t.Fatalf("bobs after the refused policy set: supervisor %d, %d transitions, was %d, %d", s.SupervisorPid, len(s.Transitions), bobs.SupervisorPid, len(bobs.Transitions))
+	}
+
+	// F6: a name the admin granted to ci is not bob's to create first.
+	if code, out, errOut := c.issue("", "ci", "--role", "operator", "--sandbox", "build"); code != 0 {
+		t.Fatalf("issue ci: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := c.as("bob", "sandbox", "create", "build", "--policy", w.policy, "--", "/bin/true"); code != 4 || !strings.Contains(errOut, "granted to client ci") {
+		t.Fatalf("bob squats ci's build: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, code := w.get("build"); code != 3 {
+		t.Fatalf("bob's refused create of build made a sandbox (get exit %d)", code)
+	}
 	if out, errOut, code := c.as("bob", "sandbox", "exec", "bobs", "--", "/bin/echo", "hello from bobs"); code != 0 || !strings.Contains(out, "hello from bobs") {
 		t.Fatalf("operator exec in its own: exit %d\n%s%s", code, out, errOut)
 	}
@@ -194,13 +247,21 @@ func TestClientRoles(t *testing.T) {
 		}
 	}
 
-	// Revoking boss revokes dave and erin: refused at the handshake; the
-	// admin and the others still work.
-	out, errOut, code := c.as("", "client", "revoke", "boss")
-	if code != 0 || !strings.Contains(out, "dave (1)") || !strings.Contains(out, "erin (1)") {
+	// F9: boss renews the local admin's name (an admin keeps its role:
+	// allowed) into a bundle of its own.
+	if code, out, errOut := c.issue("boss", "admin", "--role", "admin"); code != 0 {
+		t.Fatalf("boss renews admin: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Revoking boss revokes dave, erin and the "admin" certificate boss
+	// issued (by certificate): refused at the handshake; the local
+	// admin's own certificate (the gateway's) and the others still work.
+	out, errOut, code = c.as("", "client", "revoke", "boss")
+	if code != 0 || !strings.Contains(out, "dave (1)") || !strings.Contains(out, "erin (1)") || !strings.Contains(out, "admin (1)") ||
+		strings.Contains(out, "issues a new local admin certificate") {
 		t.Fatalf("revoke boss: exit %d\n%s%s", code, out, errOut)
 	}
-	for _, who := range []string{"boss", "dave", "erin"} {
+	for _, who := range []string{"boss", "dave", "erin", "admin"} {
 		if _, errOut, code := c.as(who, "sandbox", "list"); code != 5 || !strings.Contains(errOut, "refused this client's certificate") {
 			t.Fatalf("%s after revoking boss: exit %d %s, want 5 and the handshake's refusal", who, code, errOut)
 		}
@@ -210,6 +271,19 @@ func TestClientRoles(t *testing.T) {
 		if _, errOut, code := c.as(who, "sandbox", "list"); code != 0 {
 			t.Fatalf("%q after revoking boss: exit %d %s", who, code, errOut)
 		}
+	}
+
+	// F6: a revoked name is not issued again without --reuse-name (the new
+	// holder would drive what it created).
+	_ = os.Remove(c.bundle("dave"))
+	if code, out, errOut := c.issue("", "dave", "--role", "operator"); code != 4 || !strings.Contains(errOut, "client dave was revoked") || !strings.Contains(errOut, "--reuse-name") {
+		t.Fatalf("issue the revoked dave again: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(c.bundle("dave")); err == nil {
+		t.Fatal("the refused issue of dave wrote a bundle")
+	}
+	if code, out, errOut := c.issue("", "dave", "--role", "operator", "--reuse-name"); code != 0 {
+		t.Fatalf("issue the revoked dave again with --reuse-name: exit %d\n%s%s", code, out, errOut)
 	}
 	table, _, _ = c.as("", "client", "list")
 	for _, re := range []string{`(?m)^dave\s+operator\s+-\s+client:boss\s+[0-9a-f]+\s+\S+Z\s+\S+Z\s+\d{4}-\S+Z$`, `(?m)^vic\s+viewer\s+-\s+client:admin\s+[0-9a-f]+\s+\S+Z\s+\S+Z\s+-$`} {
@@ -312,4 +386,140 @@ func TestClusterClientRoles(t *testing.T) {
 	if _, errOut, code := c.as("carol", "sandbox", "list"); code != 0 {
 		t.Fatalf("carol after bob's revoke: exit %d %s", code, errOut)
 	}
+}
+
+// TestRoleRefusalFloodBounded plays F7's attacker against a real
+// gateway: a viewer sends 1,000 refused requests (delete) over one
+// connection. Each is refused (exit 4's status), and the gateway's log
+// keeps at most 20 lines of them (the listeners' bound), then, when the
+// gateway stops (or the minute ends), one line counting the rest.
+func TestRoleRefusalFloodBounded(t *testing.T) {
+	w, c := viewerWorld(t)
+	cl := c.dial("vic")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const flood = 1000
+	for i := 0; i < flood; i++ {
+		r, err := cl.Request(ctx, &messages.SandboxRequest{Name: "ops", Verb: messages.Verb_VERB_DELETE})
+		if err == nil && r.Status != messages.Status_STATUS_REFUSED {
+			t.Fatalf("request %d: %v", i, r)
+		}
+		if err != nil && !errdefs.Is(err, errdefs.KindRefused) {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if s, code := w.get("ops"); code != 0 || s.Phase != "Ready" {
+		t.Fatalf("ops after the flood: %s (exit %d)", s.Phase, code)
+	}
+	_ = w.gw.Process.Signal(syscall.SIGTERM)
+	if err := <-w.gwDone; err != nil {
+		t.Fatalf("gateway stop: %v", err)
+	}
+	lines, reports, notLogged := testenv.LimitedLines(w.gwLog.String(), "access", func(msg string) bool {
+		return msg == "client request refused: its role does not allow it"
+	})
+	t.Logf("%d refused requests: %d lines, %d report(s) counting %d; gateway log %d bytes", flood, lines, reports, notLogged, len(w.gwLog.String()))
+	// The minute may turn during the flood: a second window's lines.
+	if lines == 0 || lines > 2*20 || reports == 0 || lines+notLogged != flood {
+		t.Fatalf("%d lines and %d reports counting %d for %d refused requests, want at most 20 a minute and the rest counted", lines, reports, notLogged, flood)
+	}
+}
+
+// TestLogsStreamsPerClientHeld plays F14's attacker against a real
+// gateway: a viewer holds 4 follow streams of a sandbox over its
+// connection; its fifth is refused (exit 4's kind, naming the cap) while
+// the admin's follow is served; once the viewer ends one, it may open
+// another.
+func TestLogsStreamsPerClientHeld(t *testing.T) {
+	_, c := viewerWorld(t)
+	vic, admin := c.dial("vic"), c.dial("")
+	// follow starts a follow on cl; it returns when the first batch came
+	// (a stop func) or the stream's error.
+	follow := func(cl *client.Client) (stop func(), err error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		first, done := make(chan struct{}), make(chan error, 1)
+		var once sync.Once
+		go func() {
+			done <- cl.Logs(ctx, &messages.LogsRequest{Name: "ops", Follow: true}, func(*messages.LogsBatch) error {
+				once.Do(func() { close(first) })
+				return nil
+			})
+		}()
+		select {
+		case <-first:
+			return func() { cancel(); <-done }, nil
+		case err := <-done:
+			cancel()
+			return nil, err
+		case <-time.After(10 * time.Second):
+			cancel()
+			return nil, errors.New("no first batch within 10 s")
+		}
+	}
+	var held []func()
+	defer func() {
+		for _, stop := range held {
+			stop()
+		}
+	}()
+	for i := 0; i < 4; i++ {
+		stop, err := follow(vic)
+		if err != nil {
+			t.Fatalf("vic's follow %d: %v", i+1, err)
+		}
+		held = append(held, stop)
+	}
+	if stop, err := follow(vic); err == nil {
+		stop()
+		t.Fatal("vic's fifth follow stream was served")
+	} else if !errdefs.Is(err, errdefs.KindRefused) || !strings.Contains(err.Error(), "already holds 4 logs streams of sandbox ops") {
+		t.Fatalf("vic's fifth follow: %v, want refused naming the cap", err)
+	}
+	stop, err := follow(admin)
+	if err != nil {
+		t.Fatalf("the admin's follow beside vic's 4: %v", err)
+	}
+	held = append(held, stop)
+	// vic ends one: room for another.
+	held[0]()
+	held = held[1:]
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		stop, err := follow(vic)
+		if err == nil {
+			held = append(held, stop)
+		}
+		return err == nil
+	}, "vic to open a stream after ending one")
+}
+
+// viewerWorld is a gateway with a viewer client, vic, and a sandbox, ops.
+func viewerWorld(t *testing.T) (*world, *clients) {
+	t.Helper()
+	w := newWorld(t, 0)
+	c := newClients(t, w)
+	if code, out, errOut := c.issue("", "vic", "--role", "viewer"); code != 0 {
+		t.Fatalf("issue vic: exit %d\n%s%s", code, out, errOut)
+	}
+	w.create("ops", "exec sleep infinity")
+	return w, c
+}
+
+// dial connects to the gateway through the client package as client name
+// ("" for the local admin), as a program using it would.
+func (c *clients) dial(name string) *client.Client {
+	c.t.Helper()
+	path := c.bundle(name)
+	if name == "" {
+		path = contract.StateDir(c.w.state).ClientConfig()
+	}
+	cfg, err := trust.ReadClientConfig(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cl, err := client.Dial(c.w.addr, cfg, zerolog.Nop())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return cl
 }

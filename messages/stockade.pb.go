@@ -1323,6 +1323,7 @@ type IssueRequest struct {
 	ValiditySeconds int64                  `protobuf:"varint,3,opt,name=validity_seconds,json=validitySeconds,proto3" json:"validity_seconds,omitempty"` // 0: the default (one year)
 	Role            string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`                                               // admin | operator | viewer (required; package access)
 	Sandboxes       []string               `protobuf:"bytes,5,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`                                     // operator: sandboxes granted besides the ones it creates
+	ReuseName       bool                   `protobuf:"varint,6,opt,name=reuse_name,json=reuseName,proto3" json:"reuse_name,omitempty"`                   // issue a name whose certificates were all revoked (it then drives what the name created)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1390,6 +1391,13 @@ func (x *IssueRequest) GetSandboxes() []string {
 		return x.Sandboxes
 	}
 	return nil
+}
+
+func (x *IssueRequest) GetReuseName() bool {
+	if x != nil {
+		return x.ReuseName
+	}
+	return false
 }
 
 // RevokeRequest revokes every certificate issued to a client name, and to
@@ -2487,14 +2495,16 @@ const file_stockade_proto_rawDesc = "" +
 	"\vcertificate\x18\f \x01(\fR\vcertificate\x12\x0e\n" +
 	"\x02ca\x18\r \x01(\fR\x02ca\x12\x1a\n" +
 	"\bgateways\x18\x0e \x03(\tR\bgateways\x121\n" +
-	"\aclients\x18\x0f \x03(\v2\x17.stockade.v1.ClientInfoR\aclients\"\x9e\x01\n" +
+	"\aclients\x18\x0f \x03(\v2\x17.stockade.v1.ClientInfoR\aclients\"\xbd\x01\n" +
 	"\fIssueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12)\n" +
 	"\x10validity_seconds\x18\x03 \x01(\x03R\x0fvaliditySeconds\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1c\n" +
-	"\tsandboxes\x18\x05 \x03(\tR\tsandboxes\"#\n" +
+	"\tsandboxes\x18\x05 \x03(\tR\tsandboxes\x12\x1d\n" +
+	"\n" +
+	"reuse_name\x18\x06 \x01(\bR\treuseName\"#\n" +
 	"\rRevokeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\rPolicyRequest\x12\x12\n" +

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,12 @@ type ClientCert struct {
 	// "gateway:NODE" (the local admin's, which the gateway issues
 	// itself); empty for a certificate issued before this was recorded.
 	IssuedBy string `json:"issuedBy,omitempty"`
+	// IssuerSerials are the serials of the issuer's live certificates when
+	// this one was issued (an admin client's; the request does not say
+	// which one it came with): revoking one of them revokes this one
+	// (RevokeClosure). Empty for the gateway's own and for records
+	// written before this was recorded.
+	IssuerSerials []string `json:"issuerSerials,omitempty"`
 	// Issued is when it was issued (zero: before this was recorded).
 	Issued time.Time `json:"issued,omitzero"`
 }
@@ -36,27 +43,63 @@ type ClientCert struct {
 // Live reports whether c is neither revoked nor expired at now.
 func (c ClientCert) Live(now time.Time) bool { return c.Revoked.IsZero() && now.Before(c.NotAfter) }
 
-// RevokeClosure returns the client names that `client revoke name`
-// revokes: name, every client a certificate of name issued, every client
-// one of those issued, and so on (certs: every recorded certificate,
-// revoked ones included: a name revoked earlier still passes its
-// revocation on to what it issued).
-func RevokeClosure(certs []ClientCert, name string) map[string]bool {
-	set := map[string]bool{name: true}
+// RevokeClosure returns the serials that revoking the certificates seed
+// picks revokes: those, every certificate one of them issued, every
+// certificate one of those issued, and so on (certs: every recorded
+// certificate, revoked ones included: a certificate revoked earlier still
+// passes its revocation on to what it issued). Issuance is followed by
+// certificate (IssuedByCert), never by name alone, and never to a
+// certificate the gateway issued itself (IssuedBy "gateway:NODE": the
+// local admin's), which only a revoke naming it takes.
+func RevokeClosure(certs []ClientCert, seed func(ClientCert) bool) map[string]bool {
+	set := map[string]bool{}
+	byName := map[string][]ClientCert{}
+	for _, c := range certs {
+		if seed(c) {
+			set[c.Serial] = true
+		}
+		byName[c.Name] = append(byName[c.Name], c)
+	}
 	for grew := true; grew; {
 		grew = false
 		for _, c := range certs {
 			issuer, ok := strings.CutPrefix(c.IssuedBy, "client:")
-			if ok && set[issuer] && !set[c.Name] {
-				set[c.Name], grew = true, true
+			if !ok || set[c.Serial] {
+				continue
+			}
+			for _, x := range byName[issuer] {
+				if set[x.Serial] && c.IssuedByCert(x) {
+					set[c.Serial], grew = true, true
+					break
+				}
 			}
 		}
 	}
 	return set
 }
 
+// IssuedByCert reports whether x, a certificate of the client c names as
+// its issuer, may be the one that asked for c: one of c.IssuerSerials (the
+// issuer's live certificates when c was issued; the request does not say
+// which of them the issuer used), or, for a record written before those
+// were recorded, a certificate live when c was issued (both issue times
+// recorded), or else any certificate of that name.
+func (c ClientCert) IssuedByCert(x ClientCert) bool {
+	if len(c.IssuerSerials) > 0 {
+		return slices.Contains(c.IssuerSerials, x.Serial)
+	}
+	if c.Issued.IsZero() || x.Issued.IsZero() {
+		return true
+	}
+	at := c.Issued
+	return !at.Before(x.Issued) && at.Before(x.NotAfter) && (x.Revoked.IsZero() || at.Before(x.Revoked))
+}
+
 // PutClientCert records an issued client certificate; certificates expired
-// for a day are dropped on the way (they fail verification anyway).
+// for a day are dropped on the way (they fail verification anyway), unless
+// revoked: a revoked record says its name was revoked (a name is not
+// issued again without IssueRequest's reuse_name) and passes its
+// revocation on to what it issued (RevokeClosure).
 func (s *Store) PutClientCert(ctx context.Context, c ClientCert) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store %s: record client %q: %w", s.path, c.Name, err)
@@ -71,7 +114,7 @@ func (s *Store) PutClientCert(ctx context.Context, c ClientCert) error {
 		var old [][]byte
 		_ = b.ForEach(func(k, v []byte) error {
 			var cc ClientCert
-			if json.Unmarshal(v, &cc) == nil && cc.NotAfter.Before(expired) {
+			if json.Unmarshal(v, &cc) == nil && cc.NotAfter.Before(expired) && cc.Revoked.IsZero() {
 				old = append(old, append([]byte(nil), k...))
 			}
 			return nil
@@ -89,13 +132,24 @@ func (s *Store) PutClientCert(ctx context.Context, c ClientCert) error {
 	return nil
 }
 
-// RevokeClient marks every certificate of the clients RevokeClosure names
-// (name and what it issued, transitively) as revoked at at, in one
-// transaction, and returns the certificates revoked now (none: no such
-// client, or all revoked).
+// RevokeClient marks every certificate of name, and what they issued
+// (RevokeClosure), as revoked at at, in one transaction, and returns the
+// certificates revoked now (none: no such client, or all revoked).
 func (s *Store) RevokeClient(ctx context.Context, name string, at time.Time) ([]ClientCert, error) {
+	return s.revoke(ctx, "client "+name, func(c ClientCert) bool { return c.Name == name }, at)
+}
+
+// RevokeCert is RevokeClient for the one certificate of serial (hex) and
+// what it issued.
+func (s *Store) RevokeCert(ctx context.Context, serial string, at time.Time) ([]ClientCert, error) {
+	return s.revoke(ctx, "certificate "+serial, func(c ClientCert) bool { return c.Serial == serial }, at)
+}
+
+// revoke revokes the certificates seed picks and their closure (what names
+// them in errors).
+func (s *Store) revoke(ctx context.Context, what string, seed func(ClientCert) bool, at time.Time) ([]ClientCert, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("store %s: revoke client %q: %w", s.path, name, err)
+		return nil, fmt.Errorf("store %s: revoke %s: %w", s.path, what, err)
 	}
 	var revoked []ClientCert
 	err := s.update(func(tx *bolt.Tx) error {
@@ -114,9 +168,9 @@ func (s *Store) RevokeClient(ctx context.Context, name string, at time.Time) ([]
 		if err != nil {
 			return err
 		}
-		names := RevokeClosure(all, name)
+		serials := RevokeClosure(all, seed)
 		for i, cc := range all {
-			if !names[cc.Name] || !cc.Revoked.IsZero() {
+			if !serials[cc.Serial] || !cc.Revoked.IsZero() {
 				continue
 			}
 			cc.Revoked = at
@@ -132,7 +186,7 @@ func (s *Store) RevokeClient(ctx context.Context, name string, at time.Time) ([]
 		return nil
 	}, false)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: revoke client %q: %w", s.path, name, err)
+		return nil, fmt.Errorf("store %s: revoke %s: %w", s.path, what, err)
 	}
 	return revoked, nil
 }

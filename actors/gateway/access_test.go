@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,10 +65,11 @@ func issueAs(t *testing.T, p *pki, name string, role access.Role, by string, san
 // TestPKIRolesAndTransitiveRevoke: what each client may do comes from its
 // records (role, grants; certificates from before roles: viewers, but the
 // local admin's); a live name keeps its role (a renewal keeps it, another
-// role is refused); revoking a client revokes what it issued,
-// transitively, at the handshake (the verifier) and at every request
-// (Access), while the others still work; an issue whose issuer was
-// revoked meanwhile is revoked too.
+// role is refused); revoking a client revokes what its certificates
+// issued, transitively, at the handshake (the verifier) and at every
+// request (Access), while the others still work (a certificate of the same
+// name issued by someone else too); an issue whose issuer was revoked
+// meanwhile is revoked too.
 func TestPKIRolesAndTransitiveRevoke(t *testing.T) {
 	year := time.Now().Add(365 * 24 * time.Hour)
 	p, st := testPKI(t,
@@ -136,18 +138,23 @@ func TestPKIRolesAndTransitiveRevoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(revoked) != 4 { // bob, carol twice (issued and renewed), dave
-		t.Fatalf("revoked %+v, want bob, carol's two and dave", revoked)
+	// By certificate: bob's, carol's first (bob's) and dave (issued by
+	// that one); carol's renewal was the admin's, and stays.
+	if len(revoked) != 3 {
+		t.Fatalf("revoked %+v, want bob, carol's first certificate and dave", revoked)
 	}
 	for _, c := range []*x509.Certificate{bob, carol, dave} {
 		if err := verify(c); err == nil || !strings.Contains(err.Error(), "revoked") {
 			t.Errorf("%s after revoking bob: %v, want revoked", c.Subject.CommonName, err)
 		}
 	}
-	for _, name := range []string{"bob", "carol", "dave"} {
+	for _, name := range []string{"bob", "dave"} {
 		if _, err := p.Access(name); err == nil {
 			t.Errorf("%s still has access", name)
 		}
+	}
+	if g, err := p.Access("carol"); err != nil || g.Role != access.Operator {
+		t.Errorf("carol, renewed by the admin, after revoking bob: %+v %v", g, err)
 	}
 	if err := verify(erin); err != nil {
 		t.Fatalf("erin (issued by the admin): %v", err)
@@ -377,4 +384,135 @@ func TestClusterViewLagsTheStore(t *testing.T) {
 	if _, err := p.Access("nobody"); err == nil {
 		t.Fatal("a client the store does not know has access")
 	}
+}
+
+// TestRevokeNeverTakesTheLocalAdmin plays F9's attacker: bob, an admin
+// client, renews the local admin's name ("admin" keeps its role, so the
+// renewal is allowed) with a key of his own, and is then revoked. The
+// closure follows certificates: bob's, and the "admin" certificate bob
+// issued, go; the local admin's certificate (issued by the gateway into
+// client.config) stays, at the handshake and at every request. An issue
+// whose issuer was revoked meanwhile revokes that one new certificate,
+// not the name's others.
+func TestRevokeNeverTakesTheLocalAdmin(t *testing.T) {
+	p, _ := testPKI(t)
+	local := issueLocalAdmin(t, p)
+	bob, err := issueAs(t, p, "bob", access.Admin, "client:admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobsAdmin, err := issueAs(t, p, LocalClient, access.Admin, "client:bob")
+	if err != nil {
+		t.Fatalf("bob renews the local admin's name: %v", err)
+	}
+	carol, err := issueAs(t, p, "carol", access.Operator, "client:bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(c *x509.Certificate) error {
+		_, err := p.verifier(trust.RoleClient).Verify([]*x509.Certificate{c})
+		return err
+	}
+	revoked, err := p.revoke(context.Background(), "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range revoked {
+		got = append(got, c.Name+"/"+c.IssuedBy)
+	}
+	slices.Sort(got)
+	if want := []string{"admin/client:bob", "bob/client:admin", "carol/client:bob"}; !slices.Equal(got, want) {
+		t.Fatalf("revoke bob revoked %v, want %v", got, want)
+	}
+	if err := verify(local); err != nil {
+		t.Fatalf("the local admin's certificate after revoking bob: %v", err)
+	}
+	if g, err := p.Access(LocalClient); err != nil || g.Role != access.Admin {
+		t.Fatalf("the local admin after revoking bob: %+v %v", g, err)
+	}
+	for _, c := range []*x509.Certificate{bob, bobsAdmin, carol} {
+		if err := verify(c); err == nil {
+			t.Errorf("%s (serial %s) still verifies", c.Subject.CommonName, c.SerialNumber.Text(16))
+		}
+	}
+
+	// A renewal of "admin" by an issuer revoked meanwhile (through another
+	// node; here one never recorded): refused, and only that certificate
+	// is revoked.
+	if c, err := issueAs(t, p, LocalClient, access.Admin, "client:ghost"); !errdefs.Is(err, errdefs.KindRefused) || c != nil {
+		t.Fatalf("renewal by a revoked issuer: %v", err)
+	}
+	if err := verify(local); err != nil {
+		t.Fatalf("the local admin's certificate after the ghost's renewal: %v", err)
+	}
+}
+
+// TestRevokedNameNotReissued: sandboxes are owned by name, so a revoked
+// name is not issued again without reuse (the refusal names it and the
+// flag), and nothing is recorded; with reuse it is; the gateway's own
+// issue of the local admin (at its start, after the admin revoked itself)
+// needs none. GrantedTo names the live operators a sandbox is granted to.
+func TestRevokedNameNotReissued(t *testing.T) {
+	p, _ := testPKI(t)
+	issueLocalAdmin(t, p)
+	if _, err := issueAs(t, p, "bob", access.Operator, "client:admin", "build"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := issueAs(t, p, "ci", access.Operator, "client:admin", "build", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.GrantedTo("build"); !slices.Equal(got, []string{"bob", "ci"}) {
+		t.Fatalf("GrantedTo(build) = %v", got)
+	}
+	if _, err := p.revoke(context.Background(), "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.GrantedTo("build"); !slices.Equal(got, []string{"ci"}) {
+		t.Fatalf("GrantedTo(build) after revoking bob = %v", got)
+	}
+	n := len(p.clients.All())
+	_, err := issueAs(t, p, "bob", access.Operator, "client:admin")
+	if !errdefs.Is(err, errdefs.KindRefused) || !strings.Contains(err.Error(), "client bob was revoked") || !strings.Contains(err.Error(), "--reuse-name") {
+		t.Fatalf("issuing a revoked name again: %v, want refused naming --reuse-name", err)
+	}
+	if len(p.clients.All()) != n {
+		t.Fatal("the refused issue recorded a certificate")
+	}
+	if _, err := p.Access("bob"); err == nil {
+		t.Fatal("the refused issue gave bob access")
+	}
+	key, _, err := trust.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := trust.Identity{Role: trust.RoleClient, Name: LocalClient}
+	if _, _, err := p.issueClient(context.Background(), issue{name: "bob", role: access.Viewer, by: id, reuse: true}, key.Public()); err != nil {
+		t.Fatalf("issuing a revoked name again with reuse: %v", err)
+	}
+	if g, err := p.Access("bob"); err != nil || g.Role != access.Viewer {
+		t.Fatalf("the new bob: %+v %v", g, err)
+	}
+	// The local admin revoked, then issued again by the gateway.
+	if _, err := p.revoke(context.Background(), LocalClient); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.issueClient(context.Background(), issue{name: LocalClient, role: access.Admin, by: p.self}, key.Public()); err != nil {
+		t.Fatalf("the gateway's own issue of the local admin after its revoke: %v", err)
+	}
+}
+
+// issueLocalAdmin issues the local admin's certificate as the gateway does
+// at its start (by the gateway itself).
+func issueLocalAdmin(t *testing.T, p *pki) *x509.Certificate {
+	t.Helper()
+	key, _, err := trust.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cert, err := p.issueClient(context.Background(), issue{name: LocalClient, role: access.Admin, by: p.self}, key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
 }

@@ -52,6 +52,10 @@ type Config struct {
 	AllowLoopback bool
 	// MaxConns caps each sandbox's concurrent mediated connections (0: 1,024).
 	MaxConns int
+	// MaxSandboxesPerClient is how many sandboxes one client that is not
+	// an admin may have created at once (0:
+	// sandbox.DefaultMaxSandboxesPerClient; -1: no quota).
+	MaxSandboxesPerClient int
 	// Unconfined starts sandboxes without seccomp and cgroup: only for the
 	// benchmark that measures their cost.
 	Unconfined bool
@@ -286,8 +290,13 @@ func Run(ctx context.Context, cfg Config) error {
 		cv := clusterView{node}
 		view, pcfg.Gateways, gateways = cv, cv.Gateways, cv.Gateways()
 	}
+	// One bound on the lines logging refused client requests, for the API
+	// and the sandboxes actors.
+	refusals := sandbox.NewRefusalLog(cfg.Log)
+	defer refusals.Flush()
 	env := &sandbox.Env{Cluster: view, Gateway: addr, Store: st, Driver: process.New(pcfg), Clock: sandbox.SystemClock{}, StateDir: cfg.StateDir,
 		Lifecycle: cfg.Lifecycle, Log: cfg.Log, Counters: counters, Clients: pk, Self: pk.self, IDs: ids,
+		Refusals: refusals, MaxSandboxesPerClient: cfg.MaxSandboxesPerClient,
 		RelayAddr: relayAddr, RelayListener: actor.NewPID(sys.Address(), "gateway/relay-listener")}
 	gaveUp := make(chan string, 1)
 	// The API actor (clients) and the hello actor (supervisors) are the
@@ -298,7 +307,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{"relay-listener", relay.ListenerProps(relayLn, adm, cfg.Log)},
 		{"sandboxes", sandbox.Props(env)},
 		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes,
-			auth: sandbox.Authority{Clients: pk, Self: pk.self, Log: cfg.Log}})},
+			auth: sandbox.Authority{Clients: pk, Self: pk.self, Log: cfg.Log, Refusals: refusals}})},
 		{path.Base(transport.HelloActor), actor.PropsFromProducer(func() actor.Actor { return &helloActor{log: cfg.Log, sandboxes: sandboxes} },
 			actor.WithReceiverMiddleware(supervise.PanicStack(cfg.Log)))},
 	})
@@ -447,10 +456,11 @@ func (a *apiActor) Receive(ctx actor.Context) {
 	}
 	// A remote caller must be a client (the transport routes only clients
 	// here) whose role may make req at all.
-	by, ok := a.auth.Allow(ctx, req, true)
+	caller, ok := a.auth.Allow(ctx, req, true)
 	if !ok {
 		return
 	}
+	by := caller.ID
 	switch m := ctx.Message().(type) {
 	case *messages.FaultRequest:
 		if !a.chaos {
@@ -518,7 +528,7 @@ func (a *apiActor) issue(m *messages.IssueRequest, by trust.Identity) *messages.
 		return errdefs.Reply(errdefs.Invalid("client %s: public key: %w", m.Name, err))
 	}
 	in := issue{name: m.Name, role: role, sandboxes: slices.Compact(slices.Sorted(slices.Values(m.Sandboxes))), by: by,
-		validity: time.Duration(m.ValiditySeconds) * time.Second}
+		validity: time.Duration(m.ValiditySeconds) * time.Second, reuse: m.ReuseName}
 	certPEM, cert, err := a.pki.issueClient(context.Background(), in, pub)
 	if err != nil {
 		if errdefs.Is(err, errdefs.KindRefused) {
@@ -537,8 +547,8 @@ func (a *apiActor) issue(m *messages.IssueRequest, by trust.Identity) *messages.
 			cert.SerialNumber.Text(16), cert.NotAfter.UTC().Format(time.RFC3339), by)}
 }
 
-// revoke revokes every certificate of a client name, and of the clients
-// it issued (transitively), asked for by by.
+// revoke revokes every certificate of a client name, and what they issued
+// (transitively, by certificate), asked for by by.
 func (a *apiActor) revoke(m *messages.RevokeRequest, by trust.Identity) *messages.Reply {
 	revoked, err := a.pki.revoke(context.Background(), m.Name)
 	if err != nil {
@@ -547,9 +557,10 @@ func (a *apiActor) revoke(m *messages.RevokeRequest, by trust.Identity) *message
 	if len(revoked) == 0 {
 		return errdefs.Reply(errdefs.NotFound("no unrevoked certificate was issued to a client named %q (stockade client list shows them)", m.Name))
 	}
-	counts := map[string]int{}
+	counts, localAdmin := map[string]int{}, false
 	for _, c := range revoked {
 		counts[c.Name]++
+		localAdmin = localAdmin || (c.Name == LocalClient && strings.HasPrefix(c.IssuedBy, string(trust.RoleGateway)+":"))
 	}
 	var also []string
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
@@ -562,7 +573,7 @@ func (a *apiActor) revoke(m *messages.RevokeRequest, by trust.Identity) *message
 	if len(also) > 0 {
 		msg += "; revoked with it, as clients it issued (or their clients): " + strings.Join(also, ", ")
 	}
-	if counts[LocalClient] > 0 {
+	if localAdmin {
 		msg += " (the gateway issues a new local admin certificate into its state dir at its next start)"
 	}
 	return &messages.Reply{Status: messages.Status_STATUS_OK, Message: msg}

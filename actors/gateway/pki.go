@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,8 +71,11 @@ const rereadEvery = 500 * time.Millisecond
 type certStore interface {
 	ClientCerts() ([]store.ClientCert, error)
 	PutClientCert(ctx context.Context, c store.ClientCert) error
-	// RevokeClient revokes a client and what it issued (transitively).
+	// RevokeClient revokes a client's certificates and what they issued
+	// (transitively, store.RevokeClosure); RevokeCert one certificate and
+	// what it issued.
 	RevokeClient(ctx context.Context, name string, at time.Time) ([]store.ClientCert, error)
+	RevokeCert(ctx context.Context, serial string, at time.Time) ([]store.ClientCert, error)
 }
 
 // openPKI loads the CA of stateDir (creating it on a single node's first
@@ -162,6 +166,21 @@ func (p *pki) resolve(name string) (access.Grant, error) {
 	return access.Resolve(name, issued)
 }
 
+// GrantedTo names the clients whose live certificates grant sandbox (an
+// operator's --sandbox), sorted: a create of that name by another
+// non-admin client is refused (the sandboxes actor).
+func (p *pki) GrantedTo(sandbox string) []string {
+	now := time.Now()
+	var names []string
+	for _, c := range p.clients.All() {
+		if c.Live(now) && c.Role == string(access.Operator) && slices.Contains(c.Sandboxes, sandbox) {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // issue is one certificate to issue: for whom, what it may do, who asks.
 type issue struct {
 	name      string
@@ -169,12 +188,19 @@ type issue struct {
 	sandboxes []string
 	by        trust.Identity
 	validity  time.Duration
+	// reuse lets a name whose certificates were all revoked be issued
+	// again (the new client then drives the sandboxes the name created).
+	reuse bool
 }
 
 // issueClient certifies a client's public key and records it (role,
-// grants, issuer: for access and revoke). A client name that has live
-// certificates keeps its role and sandboxes: a new certificate for it
-// must have the same (a renewal), or the name be revoked first.
+// grants, issuer and the issuer's certificates: for access and revoke). A
+// client name that has live certificates keeps its role and sandboxes: a
+// new certificate for it must have the same (a renewal), or the name be
+// revoked first. A name with no live certificate but a revoked one is not
+// issued again unless in.reuse (or by the gateway itself: the local
+// admin's): sandboxes are owned by name ("client:NAME"), so a new holder
+// of a revoked name would drive what the old one created.
 //
 // An issue by a client that is revoked meanwhile (through another node)
 // does not outlive it: after its record is written, the issuer's
@@ -185,32 +211,59 @@ func (p *pki) issueClient(ctx context.Context, in issue, pub any) ([]byte, *x509
 	if in.validity <= 0 {
 		in.validity = clientValidity
 	}
-	if g, err := p.Access(in.name); err == nil && !access.SameGrant(g, in.role, in.sandboxes) {
+	g, err := p.Access(in.name)
+	switch {
+	case err == nil && !access.SameGrant(g, in.role, in.sandboxes):
 		return nil, nil, errdefs.Refused("client %s exists as %s%s: a new certificate for it keeps its role and sandboxes (give the same to renew it), or revoke it first (stockade client revoke %s) or pick another name",
 			in.name, g.Role, grantText(g), in.name)
+	case err != nil && !in.reuse && in.by.Role != trust.RoleGateway:
+		if at, ok := p.revokedAt(in.name); ok {
+			return nil, nil, errdefs.Refused("client %s was revoked (%s): the sandboxes it created are still owned by client:%s and its grants name it, so a new certificate of that name would drive them; pick another name, or give --reuse-name to hand them to the new client on purpose",
+				in.name, at.UTC().Format(time.RFC3339), in.name)
+		}
+	}
+	var issuerSerials []string
+	if in.by.Role == trust.RoleClient {
+		for _, c := range p.clients.Live(in.by.Name, time.Now()) {
+			issuerSerials = append(issuerSerials, c.Serial)
+		}
 	}
 	certPEM, cert, err := p.ca.Issue(trust.Identity{Role: trust.RoleClient, Name: in.name}, pub, in.validity)
 	if err != nil {
 		return nil, nil, err
 	}
 	rec := store.ClientCert{Name: in.name, Serial: cert.SerialNumber.Text(16), NotAfter: cert.NotAfter,
-		Role: string(in.role), Sandboxes: in.sandboxes, IssuedBy: in.by.String(), Issued: time.Now()}
+		Role: string(in.role), Sandboxes: in.sandboxes, IssuedBy: in.by.String(), IssuerSerials: issuerSerials, Issued: time.Now()}
 	if err := p.st.PutClientCert(ctx, rec); err != nil {
 		return nil, nil, err
 	}
 	p.clients.Put(rec)
 	if in.by.Role == trust.RoleClient {
-		if err := p.issuerStillLive(ctx, in); err != nil {
+		if err := p.issuerStillLive(ctx, in, rec.Serial); err != nil {
 			return nil, nil, err
 		}
 	}
 	return certPEM, cert, nil
 }
 
+// revokedAt reports whether name has a revoked certificate recorded, and
+// when the last was revoked.
+func (p *pki) revokedAt(name string) (time.Time, bool) {
+	var last time.Time
+	for _, c := range p.clients.All() {
+		if c.Name == name && c.Revoked.After(last) {
+			last = c.Revoked
+		}
+	}
+	return last, !last.IsZero()
+}
+
 // issuerStillLive checks, in the store, that the client who asked for in
-// has a live certificate; if not, in's certificates are revoked and the
-// issue refused.
-func (p *pki) issuerStillLive(ctx context.Context, in issue) error {
+// has a live certificate; if not, the new certificate (serial) is revoked,
+// with what it may have issued already, and the issue refused. The name's
+// other certificates stay (a renewal of a name by a revoked issuer takes
+// nothing from the name's earlier holder).
+func (p *pki) issuerStillLive(ctx context.Context, in issue, serial string) error {
 	certs, err := p.st.ClientCerts()
 	if err != nil {
 		return fmt.Errorf("check the issuer %s: %w", in.by, err)
@@ -221,8 +274,12 @@ func (p *pki) issuerStillLive(ctx context.Context, in issue) error {
 			return nil
 		}
 	}
-	if _, err := p.revoke(ctx, in.name); err != nil {
-		return fmt.Errorf("the issuer %s was revoked meanwhile, and revoking %s failed: %w", in.by, in.name, err)
+	revoked, err := p.st.RevokeCert(ctx, serial, time.Now())
+	for _, c := range revoked {
+		p.clients.Put(c)
+	}
+	if err != nil {
+		return fmt.Errorf("the issuer %s was revoked meanwhile, and revoking the new certificate %s of %s failed: %w", in.by, serial, in.name, err)
 	}
 	return errdefs.Refused("client %s: its issuer %s was revoked meanwhile: the new certificate is revoked too", in.name, in.by)
 }
@@ -239,8 +296,8 @@ func grantText(g access.Grant) string {
 	return s
 }
 
-// revoke revokes every certificate issued to name and to the clients it
-// issued (transitively); the next handshake of any of them is refused,
+// revoke revokes every certificate issued to name and what they issued
+// (transitively, by certificate: store.RevokeClosure); the next handshake of any of them is refused,
 // and so is every request of theirs from now on (access finds no live
 // certificate), on a connection made before too.
 func (p *pki) revoke(ctx context.Context, name string) ([]store.ClientCert, error) {

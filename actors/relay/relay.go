@@ -28,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/actors/supervise"
+	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/boundary/proxy"
 	"github.com/stockade-dev/stockade/contract"
 	"github.com/stockade-dev/stockade/transport"
@@ -95,7 +96,8 @@ type pending struct {
 // (HandshakeTimeout), and counts and logs the refusals.
 func ListenerProps(ln net.Listener, adm *transport.Admission, log zerolog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &listener{ln: ln, adm: adm, log: log, byToken: map[string]*pending{}}
+		return &listener{ln: ln, adm: adm, log: log, byToken: map[string]*pending{},
+			refusals: audit.NewLineLimit(log, "relay", "refused relay connections", transport.DefaultLogRefusals, transport.DefaultLogWindow)}
 	}, actor.WithReceiverMiddleware(supervise.PanicStack(log)))
 }
 
@@ -106,6 +108,9 @@ type listener struct {
 	byToken map[string]*pending
 	quit    chan struct{}
 	done    chan struct{}
+	// refusals bounds the lines logging refused tokens (anyone with a
+	// certificate may present tokens in a loop) and relays that expired.
+	refusals *audit.DenialLimit
 }
 
 func (l *listener) Receive(ctx actor.Context) {
@@ -120,7 +125,9 @@ func (l *listener) Receive(ctx actor.Context) {
 	case *arrived:
 		p, ok := l.byToken[m.token]
 		if !ok {
-			l.log.Warn().Str("from", m.conn.RemoteAddr().String()).Msg("relay: unknown or already used token")
+			if l.refusals.Allow() {
+				l.log.Warn().Str("from", m.conn.RemoteAddr().String()).Str("peer", m.peer.String()).Msg("relay: unknown or already used token")
+			}
 			_ = m.conn.Close()
 			return
 		}
@@ -130,7 +137,9 @@ func (l *listener) Receive(ctx actor.Context) {
 			want = trust.Identity{Role: trust.RoleClient, Name: m.peer.Name}
 		}
 		if m.peer != want {
-			l.log.Warn().Str("peer", m.peer.String()).Str("sandbox", p.exp.Sandbox).Msg("relay: token presented by the wrong identity; refused")
+			if l.refusals.Allow() {
+				l.log.Warn().Str("peer", m.peer.String()).Str("sandbox", p.exp.Sandbox).Msg("relay: token presented by the wrong identity; refused")
+			}
 			_ = m.conn.Close()
 			return
 		}
@@ -147,6 +156,7 @@ func (l *listener) Receive(ctx actor.Context) {
 		l.expire(m.token)
 	case *actor.Restarting, *actor.Stopping:
 		l.stop()
+		l.refusals.Flush()
 	}
 }
 
@@ -167,8 +177,10 @@ func (l *listener) expire(clientToken string) {
 			_ = c.Close()
 		}
 	}
-	l.log.Warn().Str("sandbox", gone.exp.Sandbox).Bool("client_arrived", gone.pair.Client != nil).
-		Bool("supervisor_arrived", gone.pair.Supervisor != nil).Msg("relay: the other side did not arrive in time")
+	if l.refusals.Allow() { // a client may ask for relays it never uses, in a loop
+		l.log.Warn().Str("sandbox", gone.exp.Sandbox).Bool("client_arrived", gone.pair.Client != nil).
+			Bool("supervisor_arrived", gone.pair.Supervisor != nil).Msg("relay: the other side did not arrive in time")
+	}
 }
 
 func (l *listener) start(ctx actor.Context) {

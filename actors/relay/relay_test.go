@@ -278,3 +278,42 @@ func TestRelayListenerBounded(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool { return w.adm.Refusals().Get(transport.ReasonHandshakeTimeout) == 2 },
 		"the 2 timeouts are not counted (%d)", w.adm.Refusals().Get(transport.ReasonHandshakeTimeout))
 }
+
+// TestRelayRefusalLogBounded plays F7's attacker at the relay: 1,000
+// connections that present unknown tokens (anyone with a certificate may)
+// and 1,000 that present a token made for another identity. Each is
+// closed, but the gateway's log keeps at most transport.DefaultLogRefusals
+// lines of them, then one line with the count of the rest (at the end of
+// the window, or when the listener stops).
+func TestRelayRefusalLogBounded(t *testing.T) {
+	w := newRelayWorld(t)
+	const flood = 1000
+	var conns []net.Conn
+	for i := 0; i < 2*flood; i++ {
+		token := NewToken()
+		if i >= flood { // a token made for box's supervisor, from a client
+			_, token = w.expect("box")
+		}
+		ours, theirs := net.Pipe()
+		conns = append(conns, theirs)
+		w.sys.Root.Send(w.listener, &arrived{token: token, conn: ours, peer: trust.Identity{Role: trust.RoleClient, Name: "mallory"}})
+	}
+	for i, c := range conns {
+		if !closed(c, 5*time.Second) {
+			t.Fatalf("refused connection %d is open", i)
+		}
+	}
+	if err := w.sys.Root.StopFuture(w.listener).Wait(); err != nil { // its count is reported
+		t.Fatal(err)
+	}
+	lines, reports, notLogged := testenv.LimitedLines(w.log.String(), "relay", func(msg string) bool {
+		return strings.HasPrefix(msg, "relay: unknown or already used token") || strings.HasPrefix(msg, "relay: token presented by the wrong identity")
+	})
+	t.Logf("%d refused relay connections: %d lines, %d report(s) counting %d, log %d bytes", 2*flood, lines, reports, notLogged, len(w.log.String()))
+	if lines == 0 || lines > transport.DefaultLogRefusals {
+		t.Fatalf("%d refusal lines, want 1 to %d", lines, transport.DefaultLogRefusals)
+	}
+	if reports != 1 || lines+notLogged != 2*flood {
+		t.Fatalf("%d reports counting %d, want one counting %d", reports, notLogged, 2*flood-lines)
+	}
+}

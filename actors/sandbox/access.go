@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stockade-dev/stockade/access"
+	"github.com/stockade-dev/stockade/audit"
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/transport"
@@ -20,6 +21,9 @@ type Clients interface {
 	// Access returns what client name may do now, or an error when it
 	// may do nothing (no live certificate recorded).
 	Access(name string) (access.Grant, error)
+	// GrantedTo names the clients whose live certificates grant sandbox
+	// (an operator's --sandbox), sorted; none when nobody's do.
+	GrantedTo(sandbox string) []string
 }
 
 // Authority checks the caller of a client request: who sent it (the
@@ -37,29 +41,50 @@ type Authority struct {
 	// process, and who the steps it takes itself are by.
 	Self trust.Identity
 	Log  zerolog.Logger
+	// Refusals bounds the refusal lines in Log (NewRefusalLog; one per
+	// gateway, shared by its API and sandboxes actors): a client sending
+	// refused requests in a loop must not grow the gateway's log without
+	// bound. Nil: every refusal is logged (tests that read each line).
+	Refusals *audit.DenialLimit
 }
 
-// Caller is who sent the current message: the remote peer, or Self.
-func (au Authority) Caller(ctx actor.Context) trust.Identity {
-	if id, remote := transport.Peer(ctx); remote {
-		return id
-	}
-	return au.Self
+// NewRefusalLog bounds the lines logging refused client requests: at most
+// transport.DefaultLogRefusals per transport.DefaultLogWindow (the bound of
+// the listeners' refusal lines), then one line with the count of those left
+// out.
+func NewRefusalLog(log zerolog.Logger) *audit.DenialLimit {
+	return audit.NewLineLimit(log, "access", "refused client requests", transport.DefaultLogRefusals, transport.DefaultLogWindow)
 }
+
+// Caller is who sent a client request, and what it may do.
+type Caller struct {
+	// ID is the remote peer, or Self for a message from inside the
+	// process.
+	ID trust.Identity
+	// Grant is what the records let it do; an admin's for Self.
+	Grant access.Grant
+}
+
+// String names the caller ("client:bob").
+func (c Caller) String() string { return c.ID.String() }
+
+// Admin reports whether the caller has an admin's rights (an admin client,
+// or this process).
+func (c Caller) Admin() bool { return c.Grant.Role == access.Admin }
 
 // Allow reports whether the current message's caller may make req (the
-// role alone when roleOnly), and returns the caller's identity (who the
-// request is by). A refusal is logged and answered (errdefs.Refused, exit
-// 4, naming the role and what would work); a message from inside this
-// process is allowed.
-func (au Authority) Allow(ctx actor.Context, req access.Request, roleOnly bool) (trust.Identity, bool) {
+// role alone when roleOnly), and returns the caller (who the request is
+// by, and its grant). A refusal is logged (within Refusals' bound) and
+// answered (errdefs.Refused, exit 4, naming the role and what would
+// work); a message from inside this process is allowed, as an admin's.
+func (au Authority) Allow(ctx actor.Context, req access.Request, roleOnly bool) (Caller, bool) {
 	id, remote := transport.Peer(ctx)
 	if !remote {
-		return au.Self, true
+		return Caller{ID: au.Self, Grant: access.Grant{Role: access.Admin}}, true
 	}
 	if id.Role != trust.RoleClient {
 		transport.Refuse(ctx, au.Log, id)
-		return id, false
+		return Caller{ID: id}, false
 	}
 	err := errors.New("this gateway keeps no client records")
 	var g access.Grant
@@ -72,14 +97,22 @@ func (au Authority) Allow(ctx actor.Context, req access.Request, roleOnly bool) 
 		err = g.Check(id.String(), req)
 	}
 	if err == nil {
-		return id, true
+		return Caller{ID: id, Grant: g}, true
 	}
-	au.Log.Warn().Str("peer", id.String()).Str("role", string(g.Role)).Str("request", req.Op.String()).
-		Str("action", req.Action).Str("sandbox", req.Sandbox).Err(err).Msg("client request refused: its role does not allow it")
+	au.Refuse(ctx, Caller{ID: id, Grant: g}, req, err)
+	return Caller{ID: id, Grant: g}, false
+}
+
+// Refuse logs a refused client request (within Refusals' bound) and
+// answers it Refused (exit 4) with err.
+func (au Authority) Refuse(ctx actor.Context, c Caller, req access.Request, err error) {
+	if au.Refusals == nil || au.Refusals.Allow() {
+		au.Log.Warn().Str("peer", c.String()).Str("role", string(c.Grant.Role)).Str("request", req.Op.String()).
+			Str("action", req.Action).Str("sandbox", req.Sandbox).Err(err).Msg("client request refused: its role does not allow it")
+	}
 	if ctx.Sender() != nil {
 		ctx.Respond(errdefs.Reply(errdefs.Refused("%w", err)))
 	}
-	return id, false
 }
 
 // RequestOf is what a client's message asks, as package access sees it;
@@ -131,27 +164,26 @@ func (e *Env) authority() Authority {
 	if self.Name == "" {
 		self = trust.Identity{Role: trust.RoleGateway, Name: "local"}
 	}
-	return Authority{Clients: e.Clients, Self: self, Log: e.Log}
+	return Authority{Clients: e.Clients, Self: self, Log: e.Log, Refusals: e.Refusals}
 }
 
 // allow checks the current client request (RequestOf) fully: with this
 // sandbox's creator. It returns who the request is by.
-func (a *sandboxActor) allow(ctx actor.Context) (string, bool) {
+func (a *sandboxActor) allow(ctx actor.Context) (Caller, bool) {
 	req, ok := RequestOf(ctx.Message())
 	if !ok {
-		return "", false
+		return Caller{}, false
 	}
 	req.Sandbox, req.CreatedBy = a.name, a.rec.Spec.CreatedBy
-	id, ok := a.env.authority().Allow(ctx, req, false)
-	return id.String(), ok
+	return a.env.authority().Allow(ctx, req, false)
 }
 
 // allow checks the current client request (RequestOf) of the sandboxes
 // actor (create, list: about no existing sandbox) and returns who it is by.
-func (a *sandboxesActor) allow(ctx actor.Context) (trust.Identity, bool) {
+func (a *sandboxesActor) allow(ctx actor.Context) (Caller, bool) {
 	req, ok := RequestOf(ctx.Message())
 	if !ok {
-		return trust.Identity{}, false
+		return Caller{}, false
 	}
 	return a.env.authority().Allow(ctx, req, false)
 }

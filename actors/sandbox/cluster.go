@@ -66,6 +66,7 @@ func (a *sandboxesActor) own(ctx actor.Context, name string) {
 	a.spawn(ctx, name, nil)
 	if w := a.env.Cluster.Locate(name); w.Exists {
 		a.status[name] = recordStatus(w.Record)
+		a.creators[name] = w.Record.Spec.CreatedBy
 	}
 }
 

@@ -56,6 +56,14 @@ type Env struct {
 	// IDs gives each sandbox its host uid/gid range (ids.go); nil when
 	// the gateway is unprivileged (each sandbox maps only its uid).
 	IDs *idrange.Allocator
+	// Refusals bounds the lines logging refused client requests
+	// (NewRefusalLog; nil: Props makes one). The gateway shares one with
+	// its API actor.
+	Refusals *audit.DenialLimit
+	// MaxSandboxesPerClient is how many sandboxes one client that is not
+	// an admin may have created at once (0: DefaultMaxSandboxesPerClient;
+	// -1: no quota).
+	MaxSandboxesPerClient int
 }
 
 // CheckName validates a sandbox name (contract.CheckName: a DNS label, so

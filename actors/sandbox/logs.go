@@ -42,19 +42,31 @@ const (
 	// logsAckTimeout ends a stream whose client has not acknowledged
 	// anything for this long (its client keeps acknowledging every 10 s).
 	logsAckTimeout = 30 * time.Second
-	// logsMaxStreams bounds a sandbox's streams at once.
-	logsMaxStreams = 16
+	// logsMaxStreams bounds a sandbox's streams at once of clients that
+	// are not admins, logsPerClient those of one such client (so that a
+	// viewer cannot hold them all), and logsMaxAdminStreams the admins'
+	// (and this process's), counted apart: the others cannot shut admins
+	// out.
+	logsMaxStreams      = 16
+	logsPerClient       = 4
+	logsMaxAdminStreams = 16
 	// logsChild prefixes the children's names: logs/ID, ID a random
 	// decimal (supervise.Kind counts their failures as "logs").
 	logsChild = "logs/"
 )
 
+// streamHolder is who holds a logs stream.
+type streamHolder struct {
+	by    string // "client:bob"
+	admin bool
+}
+
 // logs serves a LogsRequest (a new stream) or a LogsAck (to its stream)
-// for this sandbox. The caller checked that it comes from a client.
-func (a *sandboxActor) logs(ctx actor.Context) {
+// for this sandbox, from by. The caller checked that by may read it.
+func (a *sandboxActor) logs(ctx actor.Context, by Caller) {
 	switch m := ctx.Message().(type) {
 	case *messages.LogsRequest:
-		a.logsRequest(ctx, m)
+		a.logsRequest(ctx, m, by)
 	case *messages.LogsAck:
 		if _, err := strconv.ParseUint(m.Stream, 10, 63); err != nil {
 			return
@@ -70,7 +82,7 @@ func (a *sandboxActor) logs(ctx actor.Context) {
 	}
 }
 
-func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest) {
+func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest, by Caller) {
 	to := ctx.Sender()
 	if to == nil {
 		a.env.Log.Warn().Str("sandbox", a.name).Msg("logs request without a sender: nowhere to stream to")
@@ -84,15 +96,8 @@ func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest) {
 		ctx.Respond(errdefs.Reply(errdefs.Invalid("since %d: use a time after 1970 (unix ms), or 0 for all", m.SinceUnixMs)))
 		return
 	}
-	prefix := ctx.Self().Id + "/" + logsChild
-	n := 0
-	for _, c := range ctx.Children() {
-		if strings.HasPrefix(c.Id, prefix) {
-			n++
-		}
-	}
-	if n >= logsMaxStreams {
-		ctx.Respond(errdefs.Reply(errdefs.Unavailable("sandbox %s already serves %d logs streams: end one (its client), or retry later", a.name, n)))
+	if err := a.logsRoom(ctx, by); err != nil {
+		ctx.Respond(errdefs.Reply(err))
 		return
 	}
 	var b [8]byte
@@ -114,11 +119,58 @@ func (a *sandboxActor) logsRequest(ctx actor.Context, m *messages.LogsRequest) {
 	leaf := supervise.OneForOne(0, 0, supervise.StopOnFailure, supervise.WithLogger(a.env.Log))
 	props := actor.PropsFromProducer(func() actor.Actor { return s },
 		actor.WithSupervisor(leaf), actor.WithReceiverMiddleware(supervise.PanicStack(a.env.Log)))
-	if _, err := ctx.SpawnNamed(props, logsChild+id); err != nil {
+	pid, err := ctx.SpawnNamed(props, logsChild+id)
+	if err != nil {
 		ctx.Respond(errdefs.Reply(errdefs.Internal("sandbox %s: start a logs stream: %w", a.name, err)))
 		return
 	}
+	a.logStreams[pid.Id] = streamHolder{by: by.String(), admin: by.Admin()}
 	log.Debug().Str("client", owner.String()).Bool("follow", m.Follow).Int32("tail", m.Tail).Msg("logs stream started")
+}
+
+// logsRoom reports whether by may open one more logs stream of this
+// sandbox: nil, or why not (its own streams at logsPerClient: Refused; the
+// sandbox's for its kind of client at their cap: Unavailable). It forgets
+// the streams that ended.
+func (a *sandboxActor) logsRoom(ctx actor.Context, by Caller) error {
+	prefix := ctx.Self().Id + "/" + logsChild
+	live := map[string]bool{}
+	var admins, others, mine int
+	for _, c := range ctx.Children() {
+		if !strings.HasPrefix(c.Id, prefix) {
+			continue
+		}
+		live[c.Id] = true
+		h := a.logStreams[c.Id]
+		switch {
+		case h.admin:
+			admins++
+		default:
+			others++
+		}
+		if h.by == by.String() {
+			mine++
+		}
+	}
+	if a.logStreams == nil {
+		a.logStreams = map[string]streamHolder{}
+	}
+	for id := range a.logStreams {
+		if !live[id] {
+			delete(a.logStreams, id)
+		}
+	}
+	switch {
+	case by.Admin() && admins >= logsMaxAdminStreams:
+		return errdefs.Unavailable("sandbox %s already serves %d logs streams to admins: end one (its client), or retry later", a.name, admins)
+	case by.Admin():
+		return nil
+	case mine >= logsPerClient:
+		return errdefs.Refused("%s already holds %d logs streams of sandbox %s, the most for a client that is not an admin: end one of them first", by, mine, a.name)
+	case others >= logsMaxStreams:
+		return errdefs.Unavailable("sandbox %s already serves %d logs streams to clients that are not admins: end one (its client), or retry later (admins have streams of their own)", a.name, others)
+	}
+	return nil
 }
 
 // logStream is sandbox/NAME/logs/ID: one client's stream.

@@ -27,7 +27,8 @@ const pushTimeout = 5 * time.Second
 // the record names who set it), audited, then pushed to the running
 // supervisor; a supervisor that misses the push gets it when it says
 // Hello with an older version.
-func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyRequest, by string) {
+func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyRequest, caller Caller) {
+	by := caller.String()
 	if len(m.Policy) == 0 {
 		ctx.Respond(a.policyGet(m.Rev))
 		return
@@ -36,8 +37,12 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s is Deleting: policy set works in every other phase", a.name)))
 		return
 	}
-	if err := checkPolicy(m.File, m.Policy); err != nil {
+	pol, err := checkPolicy(m.File, m.Policy)
+	if err != nil {
 		ctx.Respond(errdefs.Reply(err))
+		return
+	}
+	if !a.checkPolicySet(ctx, m, pol, caller) {
 		return
 	}
 	// Persist, then apply: the new version goes into a copy of the record,
@@ -89,20 +94,21 @@ func (a *sandboxActor) policyRequest(ctx actor.Context, m *messages.PolicyReques
 }
 
 // checkPolicy validates a policy file's content (file names it in the
-// positions; default policy.yaml); the error lists every problem with its
-// line:col.
-func checkPolicy(file string, data []byte) error {
+// positions; default policy.yaml) and returns it parsed; the error lists
+// every problem with its line:col.
+func checkPolicy(file string, data []byte) (*policy.Policy, error) {
 	if file == "" {
 		file = "policy.yaml"
 	}
-	if _, err := policy.Parse(file, data); err != nil {
+	pol, err := policy.Parse(file, data)
+	if err != nil {
 		var list policy.ErrorList
 		if errors.As(err, &list) {
-			return errdefs.Invalid("invalid policy:\n%v", list)
+			return nil, errdefs.Invalid("invalid policy:\n%v", list)
 		}
-		return errdefs.Invalid("invalid policy: %w", err)
+		return nil, errdefs.Invalid("invalid policy: %w", err)
 	}
-	return nil
+	return pol, nil
 }
 
 func (a *sandboxActor) setPolicy() *messages.SetPolicy {

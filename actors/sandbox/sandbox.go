@@ -62,6 +62,9 @@ type sandboxActor struct {
 	gone        bool          // deleted: answering NotFound until forgotten
 	recordRetry time.Duration // backoff of a failed record delete
 	audit       *audit.File
+	// logStreams are the clients of this sandbox's logs streams, by
+	// child id (logs.go: a client's streams are capped).
+	logStreams map[string]streamHolder
 }
 
 func (a *sandboxActor) Receive(ctx actor.Context) {
@@ -77,7 +80,7 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self()) // disowned: the requests queued before are answered
 	case *messages.SandboxRequest:
 		if by, ok := a.allow(ctx); ok {
-			a.verb(ctx, m, by)
+			a.verb(ctx, m, by.String())
 		}
 	case *messages.Hello:
 		if a.from(ctx, trust.RoleSupervisor, a.name) && a.helloAddressOK(ctx, m) {
@@ -92,8 +95,8 @@ func (a *sandboxActor) Receive(ctx actor.Context) {
 			a.policyRequest(ctx, m, by)
 		}
 	case *messages.LogsRequest, *messages.LogsAck:
-		if _, ok := a.allow(ctx); ok {
-			a.logs(ctx) // logs.go
+		if by, ok := a.allow(ctx); ok {
+			a.logs(ctx, by) // logs.go
 		}
 	case *messages.FaultRequest:
 		if _, ok := a.allow(ctx); !ok {

@@ -12,7 +12,6 @@ import (
 	"github.com/stockade-dev/stockade/errdefs"
 	"github.com/stockade-dev/stockade/messages"
 	"github.com/stockade-dev/stockade/store"
-	"github.com/stockade-dev/stockade/trust"
 )
 
 // defaultArgv is the workload of a sandbox created without a command: it
@@ -22,6 +21,9 @@ func defaultArgv() []string { return []string{"/bin/sh", "-c", "exec sleep infin
 // Props returns the props of the sandboxes actor: it re-adopts every
 // sandbox in the store when it starts and routes requests by name.
 func Props(env *Env) *actor.Props {
+	if env.Refusals == nil {
+		env.Refusals = NewRefusalLog(env.Log)
+	}
 	strategy := supervise.OneForOne(10, 10*time.Second, supervise.RestartOnFailure,
 		supervise.WithLogger(env.Log), supervise.WithCounters(env.Counters))
 	return actor.PropsFromProducer(func() actor.Actor {
@@ -41,12 +43,15 @@ type sandboxesActor struct {
 	// stopped yet (cluster): spawned at its Terminated.
 	reown  map[string]bool
 	status map[string]*messages.SandboxStatus
+	// creators are who created each sandbox this node drives, creates in
+	// flight included (a client's quota counts them).
+	creators map[string]string
 }
 
 func (a *sandboxesActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.names, a.dying, a.waiting, a.reown = map[string]string{}, map[string]string{}, map[string]*create{}, map[string]bool{}
+		a.names, a.dying, a.waiting, a.reown, a.creators = map[string]string{}, map[string]string{}, map[string]*create{}, map[string]bool{}, map[string]string{}
 		if a.env.Cluster != nil {
 			a.clusterStarted(ctx)
 			return
@@ -64,6 +69,7 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 			// Until the actor reports, list shows what the store says: a
 			// sandbox is never missing from list after a gateway restart.
 			a.status[r.Spec.Name] = recordStatus(r)
+			a.creators[r.Spec.Name] = r.Spec.CreatedBy
 		}
 		a.env.Log.Info().Int("sandboxes", len(recs)).Msg("sandboxes re-adopted")
 	case *messages.CreateRequest:
@@ -113,6 +119,7 @@ func (a *sandboxesActor) Receive(ctx actor.Context) {
 	case *statusUpdate:
 		if _, ok := a.kids[m.status.Name]; ok {
 			a.status[m.status.Name] = m.status
+			a.creators[m.status.Name] = m.status.CreatedBy
 		}
 	case *deleted:
 		a.forget(m.name, m.pid)
@@ -165,6 +172,9 @@ func (a *sandboxesActor) forget(name string, pid *actor.PID) {
 	if k, ok := a.kids[name]; ok && k.Equal(pid) {
 		delete(a.kids, name)
 		delete(a.status, name)
+		if a.waiting[name] == nil {
+			delete(a.creators, name)
+		}
 	}
 	delete(a.names, pid.Id)
 }
@@ -191,7 +201,7 @@ func (a *sandboxesActor) route(ctx actor.Context, name string) {
 
 // create makes a new sandbox, created by by (its creator: an operator
 // drives what it created).
-func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest, by trust.Identity) {
+func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest, by Caller) {
 	invalid := func(format string, args ...any) { ctx.Respond(errdefs.Reply(errdefs.Invalid(format, args...))) }
 	if err := CheckName(m.Name); err != nil {
 		invalid("%w", err)
@@ -205,8 +215,17 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest, by
 		ctx.Respond(errdefs.Reply(errdefs.Refused("sandbox %s already exists (phase %s): delete it first, or pick another name", m.Name, phase)))
 		return
 	}
-	if err := checkPolicy(m.PolicyFile, m.Policy); err != nil {
+	pol, err := checkPolicy(m.PolicyFile, m.Policy)
+	if err != nil {
 		ctx.Respond(errdefs.Reply(err))
+		return
+	}
+	asked := limitsOf(m.GetLimits())
+	if err := checkLimits(asked); err != nil {
+		ctx.Respond(errdefs.Reply(err))
+		return
+	}
+	if !a.checkCreate(ctx, m, pol, asked, by) {
 		return
 	}
 	if a.env.Cluster != nil && a.createCluster(ctx, m) {
@@ -224,14 +243,10 @@ func (a *sandboxesActor) create(ctx actor.Context, m *messages.CreateRequest, by
 	if len(argv) == 0 {
 		argv = defaultArgv()
 	}
-	asked := limitsOf(m.GetLimits())
-	if err := checkLimits(asked); err != nil {
-		ctx.Respond(errdefs.Reply(err))
-		return
-	}
 	spec := store.Spec{Name: m.Name, UID: newUID(), Policy: string(m.Policy), PolicyVersion: 1, Workdir: m.Workdir,
 		Argv: argv, Restart: restart, Created: time.Now(), Limits: asked.Or(a.env.limits()), CreatedBy: by.String(), PolicyBy: by.String()}
 	c := &create{spec: spec, respondTo: ctx.Sender()}
+	a.creators[m.Name] = spec.CreatedBy
 	for _, name := range a.dying {
 		if name == m.Name {
 			a.waiting[m.Name] = c // its predecessor is stopping

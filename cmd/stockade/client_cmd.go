@@ -36,6 +36,7 @@ func newClientIssueCmd(co *clientOpts) *cobra.Command {
 	var out, role string
 	var sandboxes []string
 	var validity time.Duration
+	var reuse bool
 	cmd := &cobra.Command{
 		Use:   "issue NAME --role admin|operator|viewer [--sandbox S]... --out FILE",
 		Short: "Make a client configuration (gateways, CA, certificate and key) for another user or host",
@@ -52,12 +53,19 @@ client NAME issued, and theirs).
             ssh-proxy, cp or port-forward: those run code in the sandbox.
   operator  what a viewer may, create sandboxes, and drive (start, stop,
             recover, delete, exec, connect, policy set) the sandboxes it
-            created and the ones --sandbox grants it.
+            created and the ones --sandbox grants it. Within the gateway's
+            default limits and without stockade.allow_ptrace; a name
+            granted to another client is not its to create.
   admin     everything: every sandbox, faults, and clients (issue, list,
             revoke).
 Only an admin issues clients. A name with live certificates keeps its role
 and sandboxes: issuing it again with the same ones renews it; to change
-them, revoke it first.`,
+them, revoke it first.
+
+Sandboxes are owned by their creator's name (client:NAME), and grants name
+sandboxes: a name that was revoked is not issued again (exit 4), since the
+new client would drive what the revoked one created. Pick another name, or
+give --reuse-name to hand those sandboxes to the new client on purpose.`,
 		Example: `  stockade client issue alice --role operator --out alice.config
   stockade client issue ci --role operator --sandbox build --sandbox test --out ci.config --validity 720h
   stockade client issue auditor --role viewer --out auditor.config
@@ -90,7 +98,7 @@ them, revoke it first.`,
 			}
 			defer c.Close()
 			reply, err := request(c, &messages.IssueRequest{Name: args[0], PublicKey: pub, ValiditySeconds: int64(validity / time.Second),
-				Role: role, Sandboxes: sandboxes})
+				Role: role, Sandboxes: sandboxes, ReuseName: reuse})
 			if err != nil {
 				return err
 			}
@@ -111,6 +119,7 @@ them, revoke it first.`,
 	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"viewer", "operator", "admin"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().StringArrayVar(&sandboxes, "sandbox", nil, "operator: a sandbox it may drive besides the ones it creates (repeat for more)")
 	cmd.Flags().DurationVar(&validity, "validity", 0, "how long the certificate is valid (default one year)")
+	cmd.Flags().BoolVar(&reuse, "reuse-name", false, "issue a name that was revoked: the new client drives the sandboxes the name created")
 	return cmd
 }
 
@@ -123,9 +132,14 @@ func newClientRevokeCmd(co *clientOpts) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke NAME",
 		Short: "Revoke every certificate issued to a client, and to the clients it issued (refused from their next connection)",
-		Long: `Revoke every certificate issued to NAME, and to every client NAME issued,
-and theirs: each is refused at its next handshake, and its requests on a
-connection made before are refused too. When that takes the certificate
+		Long: `Revoke every certificate issued to NAME, and every certificate those
+issued, and theirs: each is refused at its next handshake, and its
+requests on a connection made before are refused too. Issuance is followed
+by certificate: a certificate NAME's certificates issued goes, another
+certificate of the same name (issued by someone else) stays, and the local
+admin's certificate (the one the gateway issues itself into its state dir)
+goes only when NAME is admin. A certificate issued while its issuer had
+several live certificates is revoked with any of them. When that takes the certificate
 this command runs with (NAME is its own client, or issued it), the gateway
 cannot answer over it: the command then checks that its certificate is
 refused, and says so.`,

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stockade-dev/stockade/actors/gateway"
+	"github.com/stockade-dev/stockade/actors/sandbox"
 	"github.com/stockade-dev/stockade/actors/supervise"
 	"github.com/stockade-dev/stockade/chaos/fault"
 	"github.com/stockade-dev/stockade/client"
@@ -147,6 +148,7 @@ nodes of one host share its --state-dir (the sandboxes' files).`,
 	f.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "upstream DNS server HOST:PORT for the sandboxes (default: /etc/resolv.conf)")
 	f.BoolVar(&cfg.AllowLoopback, "allow-loopback-upstream", false, "let sandboxes reach upstreams on loopback (tests, make run)")
 	f.IntVar(&cfg.MaxConns, "max-conns", 1024, "per sandbox: concurrent mediated connections and DNS queries in flight (over it: 503 / REFUSED, audited)")
+	f.IntVar(&cfg.MaxSandboxesPerClient, "max-sandboxes-per-client", sandbox.DefaultMaxSandboxesPerClient, "most sandboxes one operator client may have created at once (admins: no quota; -1: no quota)")
 	f.StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics (directives, Go runtime) on this address, e.g. 127.0.0.1:9465; empty: off")
 	f.StringVar(&etcd, "etcd", "", "join a cluster: etcd client URLs, comma-separated (state, membership and ownership in etcd; needs --node)")
 	f.StringVar(&cfg.Node, "node", "local", "this node's name (unique in a cluster)")

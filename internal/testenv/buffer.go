@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"bytes"
+	"encoding/json"
+	"strings"
 	"sync"
 )
 
@@ -24,4 +26,31 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// LimitedLines reads a JSON log (zerolog's lines; the message under
+// "message" or "msg") bounded by an
+// audit.NewLineLimit of component: it counts the lines isLine picks (by
+// their message), the limit's report lines, and the lines those reports
+// say were not logged.
+func LimitedLines(log, component string, isLine func(msg string) bool) (lines, reports, notLogged int) {
+	for _, line := range strings.Split(log, "\n") {
+		var e struct {
+			Message   string `json:"message"`
+			Msg       string `json:"msg"` // the stockade binary's key
+			Component string `json:"component"`
+			NotLogged int    `json:"notLogged"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		switch {
+		case isLine(e.Message + e.Msg):
+			lines++
+		case e.Component == component && e.NotLogged > 0:
+			reports++
+			notLogged += e.NotLogged
+		}
+	}
+	return lines, reports, notLogged
 }

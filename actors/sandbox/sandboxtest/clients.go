@@ -2,6 +2,7 @@ package sandboxtest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,20 @@ func (c *Clients) Access(name string) (access.Grant, error) {
 		return access.Grant{}, fmt.Errorf("client %s has no live certificate recorded at this gateway", name)
 	}
 	return g, nil
+}
+
+// GrantedTo implements the seam: the operators whose grant names sandbox.
+func (c *Clients) GrantedTo(sandbox string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for name, g := range c.m {
+		if g.Role == access.Operator && slices.Contains(g.Sandboxes, sandbox) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Set records what client name may do.
