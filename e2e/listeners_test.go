@@ -228,8 +228,16 @@ func startHalfOpen(t *testing.T, targets []string, n int) *halfOpen {
 
 func startAttacker(t *testing.T, target string, n int) *attackerProc {
 	t.Helper()
+	return startChild(t, target, halfOpenTargetsEnv+"="+target, halfOpenCountEnv+"="+strconv.Itoa(n))
+}
+
+// startChild starts this test binary as an attacker process with env
+// added to its environment (TestMain picks its part from it); target
+// names it in last's lines. Its progress lines start "opened N".
+func startChild(t *testing.T, target string, env ...string) *attackerProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), halfOpenTargetsEnv+"="+target, halfOpenCountEnv+"="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
