@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -108,28 +107,8 @@ func TestHalfOpenHoardsLeaveTheAdmin(t *testing.T) {
 	base := fdCount(gw)
 
 	// The most descriptors the gateway holds, sampled all along a phase.
-	var gwMax atomic.Int64
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			gwMax.Store(max(gwMax.Load(), int64(fdCount(gw))))
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() {
-		select {
-		case <-stopSampling:
-		default:
-			close(stopSampling)
-		}
-		<-sampled
-	}()
+	fds := sampleFDs(t, gw)
+	gwMax := fds.max(0)
 	admin := func(when string, attackers ...*halfOpen) {
 		t.Helper()
 		var last strings.Builder
@@ -154,9 +133,15 @@ func TestHalfOpenHoardsLeaveTheAdmin(t *testing.T) {
 	if !viewer.waitOpened(hoardSlots, 2*time.Minute) {
 		t.Fatalf("the viewer did not open its %d connections: %s", hoardSlots, viewer.last())
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		return metric(t, w.metrics, "stockade_remote_refused_total")[transport.ReasonIdentityConns] > 0
-	}, "the gateway to refuse the viewer's connections over its cap (%s)", transport.ReasonIdentityConns)
+	// (Not fatal: the descriptors it left the viewer are the test's
+	// evidence then.)
+	for deadline := time.Now().Add(20 * time.Second); metric(t, w.metrics, "stockade_remote_refused_total")[transport.ReasonIdentityConns] == 0; {
+		if time.Now().After(deadline) {
+			t.Errorf("the gateway refused none of the viewer's connections over its cap (%s) in 20 s: %s", transport.ReasonIdentityConns, viewer.last())
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	// What the gateway holds for the viewer: its cap of established
 	// connections, and at most the per-source cap of new ones in their
 	// handshake.
@@ -202,8 +187,7 @@ func TestHalfOpenHoardsLeaveTheAdmin(t *testing.T) {
 		"the local users' sockets to be closed at the handshake timeout and reopened: %s", silent.last())
 	admin("once the users' sockets were closed at the handshake timeout and reopened", viewer, silent)
 	silent.stop(t)
-	close(stopSampling)
-	<-sampled
+	fds.stop()
 
 	// Revoke the viewer (which keeps reconnecting) and the operator.
 	revokedAt := time.Now()
@@ -270,17 +254,16 @@ func hoardChild() (code int, ok bool) {
 		fmt.Fprintln(os.Stderr, "hoard:", err)
 		return 1, true
 	}
-	var h hoarder
 	switch mode {
 	case hoardViewer:
-		return h.run(n, func(i int) (hold func() error, err error) {
+		return hoard(n, func(i int) (hold func() error, err error) {
 			if i%2 == 0 {
 				return holdIdleConn(target, conf)
 			}
 			return holdStream(target, conf)
 		}), true
 	case hoardSilent:
-		return h.run(n, func(int) (func() error, error) { return holdSilent(target) }), true
+		return hoard(n, func(int) (func() error, error) { return holdSilent(target) }), true
 	}
 	fmt.Fprintf(os.Stderr, "hoard: unknown mode %q\n", mode)
 	return 2, true
@@ -300,18 +283,12 @@ func becomeUser(uid int) error {
 	return nil
 }
 
-// hoarder keeps n connections open: each slot opens one, holds it until
-// the server ends it, and opens another (1 to 2 s later when the server
-// ended it within a second, a refusal; else 100 ms). Every 500 ms it prints "opened N live L
-// closed C" (connections opened, open now, ended by the server), until
-// its stdin closes.
-type hoarder struct {
-	opened, live, closed atomic.Int64
-}
-
-// run runs the slots with open (the i-th slot's connection: hold blocks
-// until the server ends it).
-func (h *hoarder) run(n int, open func(i int) (hold func() error, err error)) int {
+// hoard keeps n connections open: each slot opens one with open (the
+// i-th slot's; hold blocks until the server ends it), holds it, and opens
+// another (1 to 2 s later when the server ended it within a second, a
+// refusal; else 100 ms). It reports its progress until its stdin closes.
+func hoard(n int, open func(i int) (hold func() error, err error)) int {
+	var h progress
 	quit := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -357,17 +334,7 @@ func (h *hoarder) run(n int, open func(i int) (hold func() error, err error)) in
 			}
 		}()
 	}
-	report := time.NewTicker(500 * time.Millisecond)
-	defer report.Stop()
-	for {
-		select {
-		case <-quit:
-			wg.Wait()
-			return 0
-		case <-report.C:
-			fmt.Printf("opened %d live %d closed %d\n", h.opened.Load(), h.live.Load(), h.closed.Load())
-		}
-	}
+	return h.report(quit, &wg)
 }
 
 // holdIdleConn opens an authenticated connection that sends the HTTP/2
