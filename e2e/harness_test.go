@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 		n, _ := strconv.Atoi(os.Getenv(halfOpenCountEnv))
 		os.Exit(halfOpenAttacker(strings.Split(targets, ","), n))
 	}
+	if code, ok := hoardChild(); ok { // TestHalfOpenHoardsLeaveTheAdmin's attackers
+		os.Exit(code)
+	}
 	os.Exit(testenv.MainWithStockade(m, "../cmd/stockade", &bin))
 }
 

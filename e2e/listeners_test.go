@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,29 +53,8 @@ func TestHalfOpenFloodFromALocalUser(t *testing.T) {
 
 	// The most descriptors the gateway and the supervisor hold, sampled
 	// all along.
-	var gwMax, supMax atomic.Int64
-	sampled := make(chan struct{})
-	stopSampling := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			gwMax.Store(max(gwMax.Load(), int64(fdCount(w.gw.Process.Pid))))
-			supMax.Store(max(supMax.Load(), int64(fdCount(s.SupervisorPid))))
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() {
-		select {
-		case <-stopSampling:
-		default:
-			close(stopSampling)
-		}
-		<-sampled
-	}()
+	fds := sampleFDs(t, w.gw.Process.Pid, s.SupervisorPid)
+	gwMax, supMax := fds.max(0), fds.max(1)
 
 	a := startHalfOpen(t, targets, halfOpenAttack)
 	defer a.stop(t)
@@ -103,8 +81,7 @@ func TestHalfOpenFloodFromALocalUser(t *testing.T) {
 		t.Fatalf("the attacker did not open its %d connections in time: %s", total, a.last())
 	}
 	check("once it holds them all")
-	close(stopSampling)
-	<-sampled
+	fds.stop()
 	// Once the attack's connections are examined, each listener holds at
 	// most 64 of them (in their handshake, until its timeout).
 	settled := func() bool {
@@ -228,8 +205,16 @@ func startHalfOpen(t *testing.T, targets []string, n int) *halfOpen {
 
 func startAttacker(t *testing.T, target string, n int) *attackerProc {
 	t.Helper()
+	return startChild(t, target, halfOpenTargetsEnv+"="+target, halfOpenCountEnv+"="+strconv.Itoa(n))
+}
+
+// startChild starts this test binary as an attacker process with env
+// added to its environment (TestMain picks its part from it); target
+// names it in last's lines. Its progress lines start "opened N".
+func startChild(t *testing.T, target string, env ...string) *attackerProc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), halfOpenTargetsEnv+"="+target, halfOpenCountEnv+"="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -321,19 +306,12 @@ func (a *halfOpen) stop(t *testing.T) {
 // ms it prints "opened N live L closed C" (connections opened, open at
 // both ends, closed by the server).
 func halfOpenAttacker(targets []string, count int) int {
-	if err := syscall.Setgroups(nil); err != nil {
-		fmt.Fprintln(os.Stderr, "attacker: setgroups:", err)
+	if err := becomeUser(nobody); err != nil {
+		fmt.Fprintln(os.Stderr, "attacker:", err)
 		return 1
 	}
-	if err := syscall.Setgid(nobody); err != nil {
-		fmt.Fprintln(os.Stderr, "attacker: setgid:", err)
-		return 1
-	}
-	if err := syscall.Setuid(nobody); err != nil {
-		fmt.Fprintln(os.Stderr, "attacker: setuid:", err)
-		return 1
-	}
-	var opened, live, closed atomic.Int64
+	var p progress
+	opened, live, closed := &p.opened, &p.live, &p.closed
 	quit := make(chan struct{})
 	// The connections open now, by slot: closed all at once at the end
 	// (which ends each slot's read).
@@ -396,15 +374,67 @@ func halfOpenAttacker(targets []string, count int) int {
 			}()
 		}
 	}
-	report := time.NewTicker(500 * time.Millisecond)
-	defer report.Stop()
+	return p.report(quit, &wg)
+}
+
+// progress is an attacker process's counts: connections opened, open at
+// both ends, closed by the server.
+type progress struct {
+	opened, live, closed atomic.Int64
+}
+
+// report prints "opened N live L closed C" every 500 ms until quit is
+// closed, then waits for wg; it returns the process's exit code.
+func (p *progress) report(quit <-chan struct{}, wg *sync.WaitGroup) int {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
 	for {
 		select {
 		case <-quit:
 			wg.Wait()
 			return 0
-		case <-report.C:
-			fmt.Printf("opened %d live %d closed %d\n", opened.Load(), live.Load(), closed.Load())
+		case <-t.C:
+			fmt.Printf("opened %d live %d closed %d\n", p.opened.Load(), p.live.Load(), p.closed.Load())
 		}
 	}
+}
+
+// fdSampler samples how many descriptors some processes hold, every 50
+// ms, and keeps the most of each.
+type fdSampler struct {
+	pids   []int
+	most   []atomic.Int64
+	quit   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+}
+
+// sampleFDs samples pids until stop (at the latest when t ends).
+func sampleFDs(t *testing.T, pids ...int) *fdSampler {
+	s := &fdSampler{pids: pids, most: make([]atomic.Int64, len(pids)), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			for i, pid := range s.pids {
+				s.most[i].Store(max(s.most[i].Load(), int64(fdCount(pid))))
+			}
+			select {
+			case <-s.quit:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// max is the most descriptors the i-th process held so far (Store(0)
+// starts over).
+func (s *fdSampler) max(i int) *atomic.Int64 { return &s.most[i] }
+
+// stop ends the sampling.
+func (s *fdSampler) stop() {
+	s.closed.Do(func() { close(s.quit) })
+	<-s.done
 }

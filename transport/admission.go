@@ -30,11 +30,38 @@ const (
 	// rest are counted, and their number is logged when the window ends.
 	DefaultLogRefusals = 20
 	DefaultLogWindow   = time.Minute
+	// DefaultClientConns caps the established connections of one client
+	// identity. A CLI process holds one connection per gateway for its
+	// life, so this is 256 CLI processes of one client at once on one
+	// node: a script that runs them in parallel (xargs -P, a CI fleet
+	// sharing a certificate) stays far below it, and one identity holds
+	// at most 256 descriptors of the node.
+	DefaultClientConns = 256
+	// DefaultSupervisorConns caps a supervisor's: it holds one session
+	// connection to each gateway node it talks to (two for a moment while
+	// a failed one is replaced).
+	DefaultSupervisorConns = 16
+	// DefaultGatewayConns caps a gateway node's at another node: one
+	// connection per peer endpoint, a few while a restarted peer's are
+	// replaced.
+	DefaultGatewayConns = 64
+	// DefaultIdleTimeout closes an endpoint's connection that has had no
+	// gRPC stream for this long. protoactor opens one Receive stream on
+	// each connection as soon as it is made and keeps it for the
+	// connection's life (the endpoint writer's stream, which carries
+	// every message to that peer, a logs stream's included), so only a
+	// peer that never opens one is idle.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultSweepEvery is how often the certificates of the open
+	// connections are checked again (revoked).
+	DefaultSweepEvery = 2 * time.Second
 )
 
 // Limits bound what a listener holds for peers that have not proven who
-// they are: connections still in their handshake. A connection over a
-// limit is closed as soon as it is accepted, counted
+// they are (connections still in their handshake), and for each identity
+// that has (its established connections, how long one may idle, how
+// soon a revoked certificate's are closed). A connection over a limit is
+// closed as soon as it is accepted, or its handshake done, counted
 // (stockade_remote_refused_total{reason}) and logged (LogRefusals lines
 // per LogWindow, then one line with the number left out). The zero value
 // is the defaults.
@@ -48,19 +75,21 @@ type Limits struct {
 	// the peer's socket when the peer is a local process (found with an
 	// exact sock_diag lookup: every local user connects from 127.0.0.1),
 	// else the peer's IP address (an IPv6 address's /64). Root and this
-	// process's own user are not capped per source: either could stop
-	// this process anyway. They count toward PendingTotal.
+	// process's own user (privileged sources) are not capped per source:
+	// either could stop this process anyway.
 	PendingPerSource int
 	// PendingTotal caps all connections in their handshake (0:
 	// DefaultPendingTotal, at most a quarter of the descriptors below the
-	// reserve).
+	// reserve). Privileged sources count in it but are not refused by it:
+	// other users filling it do not lock the local admin out.
 	PendingTotal int
 	// DescriptorReserve keeps this many descriptors for work already
 	// admitted (the boundary's connections, a session, requests on
 	// connections already open): a connection is refused at accept when
 	// the descriptor it was given is within the reserve of
 	// DescriptorLimit (0: a tenth of the limit, 32 to 4096; negative: no
-	// reserve).
+	// reserve). A privileged source's connection may use the reserve's
+	// lower half; its upper half is no one's.
 	DescriptorReserve int
 	// DescriptorLimit is the limit the reserve is kept below (0:
 	// RLIMIT_NOFILE when the Admission is made).
@@ -69,6 +98,28 @@ type Limits struct {
 	// DefaultLogRefusals per DefaultLogWindow).
 	LogRefusals int
 	LogWindow   time.Duration
+
+	// ClientConns, SupervisorConns and GatewayConns cap the connections
+	// one identity of that role holds at once at an endpoint once their
+	// handshake is done (0: DefaultClientConns, DefaultSupervisorConns,
+	// DefaultGatewayConns, each at most an eighth of the descriptors below
+	// the reserve, so that no one identity reaches the reserve). A
+	// connection over its identity's cap is closed at once
+	// (ReasonIdentityConns). Connections whose socket is root's or this
+	// process's user's are not capped: either could stop this process
+	// anyway.
+	ClientConns     int
+	SupervisorConns int
+	GatewayConns    int
+	// IdleTimeout closes an endpoint's connection with no stream open for
+	// this long (gRPC's MaxConnectionIdle: a GOAWAY, then the connection
+	// is closed; 0: DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// SweepEvery is how often the certificate of every established
+	// connection is checked again against its verifier's revocation check
+	// (trust.Verifier.Revoked); a revoked one's connection is closed
+	// (ReasonRevoked; 0: DefaultSweepEvery).
+	SweepEvery time.Duration
 }
 
 // Refusal reasons of a listener (the label of stockade_remote_refused_total).
@@ -77,6 +128,8 @@ const (
 	ReasonPendingSource    = "pending_source"    // the source has Limits.PendingPerSource connections in their handshake
 	ReasonPendingTotal     = "pending_total"     // Limits.PendingTotal connections are in their handshake
 	ReasonDescriptors      = "descriptors"       // accepted within Limits.DescriptorReserve of the descriptor limit
+	ReasonIdentityConns    = "identity_conns"    // the peer's identity holds its cap of established connections (Limits.ClientConns, ...)
+	ReasonRevoked          = "revoked"           // an open connection's certificate was revoked since its handshake: closed by the sweep
 )
 
 // Admission decides at accept which connections a listener takes, and
@@ -87,10 +140,13 @@ type Admission struct {
 	limits   Limits
 	fdLimit  int // the descriptor limit
 	fdRefuse int // refuse a connection given this descriptor or a higher one; 0: never
-	refused  *Refusals
-	log      zerolog.Logger
-	lines    *audit.DenialLimit
-	self     uint32 // this process's effective uid
+	// fdRefusePrivileged is fdRefuse for root's and this user's
+	// connections: they may use the lower half of the reserve.
+	fdRefusePrivileged int
+	refused            *Refusals
+	log                zerolog.Logger
+	lines              *audit.DenialLimit
+	self               uint32 // this process's effective uid
 
 	ownersOnce sync.Once
 	owners     *identity.SocketOwners // nil when sock_diag is not available: sources are addresses
@@ -98,6 +154,8 @@ type Admission struct {
 	mu       sync.Mutex
 	total    int
 	bySource map[source]int
+
+	est established // connections past their handshake (established.go)
 }
 
 // NewAdmission returns an Admission with limits (zero fields: the
@@ -120,6 +178,12 @@ func NewAdmission(limits Limits, refused *Refusals, log zerolog.Logger) *Admissi
 	if l.LogWindow <= 0 {
 		l.LogWindow = DefaultLogWindow
 	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.SweepEvery <= 0 {
+		l.SweepEvery = DefaultSweepEvery
+	}
 	a := &Admission{refused: refused, log: log, self: uint32(os.Geteuid()), bySource: map[source]int{}}
 	a.fdLimit = l.DescriptorLimit
 	if a.fdLimit <= 0 {
@@ -130,6 +194,7 @@ func NewAdmission(limits Limits, refused *Refusals, log zerolog.Logger) *Admissi
 	}
 	if l.DescriptorReserve > 0 && a.fdLimit > l.DescriptorReserve {
 		a.fdRefuse = a.fdLimit - l.DescriptorReserve
+		a.fdRefusePrivileged = a.fdLimit - l.DescriptorReserve/2
 	}
 	if l.PendingTotal <= 0 {
 		l.PendingTotal = DefaultPendingTotal
@@ -137,7 +202,25 @@ func NewAdmission(limits Limits, refused *Refusals, log zerolog.Logger) *Admissi
 			l.PendingTotal = min(l.PendingTotal, max(a.fdRefuse/4, 1))
 		}
 	}
+	// No one identity may take more than an eighth of the descriptors
+	// below the reserve.
+	share := 0
+	if a.fdRefuse > 0 {
+		share = max(a.fdRefuse/8, 1)
+	}
+	for _, c := range []struct {
+		n   *int
+		def int
+	}{{&l.ClientConns, DefaultClientConns}, {&l.SupervisorConns, DefaultSupervisorConns}, {&l.GatewayConns, DefaultGatewayConns}} {
+		if *c.n <= 0 {
+			*c.n = c.def
+			if share > 0 {
+				*c.n = min(*c.n, share)
+			}
+		}
+	}
 	a.limits = l
+	a.est.init()
 	max, window := l.LogRefusals, l.LogWindow
 	a.lines = audit.NewDenialLimit(log, max, window, audit.WithLimitReport(func(n int, since time.Time) {
 		log.Warn().Str("component", "transport").Int("refusalsNotLogged", n).Time("since", since).
@@ -189,47 +272,74 @@ func (s source) String() string {
 // may, done must be called once the handshake has ended, whichever way.
 // When it may not, c is closed and the refusal counted and logged.
 //
-// Checked in this order, cheapest first: the descriptor reserve (the
-// descriptor c was given: the kernel hands out the lowest free one, so
-// when it is within the reserve of the limit, every descriptor below it is
-// in use), the total cap, then the source's (a sock_diag lookup for a
-// local peer). Only connections past every check count in the caps: a
-// listener that calls Admit in its accept loop (the relay's) holds no
-// other connection, and one whose accept loop is not its own (gRPC's
-// hands each connection to a goroutine first) holds what waits for its
-// goroutine until Admit runs there.
+// Checked in this order: the descriptor reserve's upper half, which no
+// one may use (the descriptor c was given: the kernel hands out the
+// lowest free one, so when it is within the reserve of the limit, every
+// descriptor below it is in use); then the source (a sock_diag lookup for
+// a local peer); then the rest of the reserve, the total cap and the
+// source's cap, none of which refuses root or this process's user (a
+// privileged source): they may use the lower half of the reserve, and
+// many sources filling the total cap cannot lock the local admin out.
+// Only connections past every check count in the caps: a listener that
+// calls Admit in its accept loop (the relay's) holds no other connection,
+// and one whose accept loop is not its own (gRPC's hands each connection
+// to a goroutine first) holds what waits for its goroutine until Admit
+// runs there.
 func (a *Admission) Admit(c net.Conn) (done func(), ok bool) {
-	raw := c
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		raw = nc.NetConn()
-	}
-	if fd := fdOf(raw); a.fdRefuse > 0 && fd >= a.fdRefuse {
-		a.turnAway(c, ReasonDescriptors, "", fmt.Errorf("accepted as descriptor %d of %d: the last %d are kept for work already admitted",
-			fd, a.fdLimit, a.fdLimit-a.fdRefuse))
-		return nil, false
-	}
-	if total, _ := a.Pending(); total >= a.limits.PendingTotal {
-		a.turnAway(c, ReasonPendingTotal, "", fmt.Errorf("%d connections are in their handshake (the cap)", a.limits.PendingTotal))
-		return nil, false
+	_, done, ok = a.admit(c)
+	return done, ok
+}
+
+// admit is Admit; it also returns whether c's source is privileged.
+func (a *Admission) admit(c net.Conn) (privileged bool, done func(), ok bool) {
+	raw := rawConn(c)
+	fd := fdOf(raw)
+	if a.fdRefusePrivileged > 0 && fd >= a.fdRefusePrivileged {
+		a.turnAway(c, ReasonDescriptors, "", a.reserveErr(fd, a.fdLimit-a.fdRefusePrivileged))
+		return false, nil, false
 	}
 	src := a.sourceOf(raw)
-	capped := !src.local || (src.uid != 0 && src.uid != a.self)
+	privileged = a.privileged(src)
+	if a.fdRefuse > 0 && fd >= a.fdRefuse && !privileged {
+		a.turnAway(c, ReasonDescriptors, src.String(), a.reserveErr(fd, a.fdLimit-a.fdRefuse))
+		return false, nil, false
+	}
 	a.mu.Lock()
 	switch {
-	case a.total >= a.limits.PendingTotal:
+	case !privileged && a.total >= a.limits.PendingTotal:
 		a.mu.Unlock()
 		a.turnAway(c, ReasonPendingTotal, src.String(), fmt.Errorf("%d connections are in their handshake (the cap)", a.limits.PendingTotal))
-		return nil, false
-	case capped && a.bySource[src] >= a.limits.PendingPerSource:
+		return false, nil, false
+	case !privileged && a.bySource[src] >= a.limits.PendingPerSource:
 		a.mu.Unlock()
 		a.turnAway(c, ReasonPendingSource, src.String(), fmt.Errorf("this source has %d connections in their handshake (the cap)", a.limits.PendingPerSource))
-		return nil, false
+		return false, nil, false
 	}
 	a.total++
 	a.bySource[src]++
 	a.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { a.release(src) }) }, true
+	return privileged, func() { once.Do(func() { a.release(src) }) }, true
+}
+
+// reserveErr says why a connection given descriptor fd was refused: kept
+// is how many descriptors at the top of the limit it may not use.
+func (a *Admission) reserveErr(fd, kept int) error {
+	return fmt.Errorf("accepted as descriptor %d of %d: the last %d are kept for work already admitted", fd, a.fdLimit, kept)
+}
+
+// privileged reports whether src is root or this process's user: a local
+// peer that could stop this process anyway.
+func (a *Admission) privileged(src source) bool {
+	return src.local && (src.uid == 0 || src.uid == a.self)
+}
+
+// rawConn is the network connection under c (a TLS connection's).
+func rawConn(c net.Conn) net.Conn {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return nc.NetConn()
+	}
+	return c
 }
 
 func (a *Admission) release(src source) {
@@ -372,8 +482,10 @@ func (a *Admission) logRefusal(reason, src, peerID, addr, target, typeName strin
 // report (a process that ends calls it, so no count is lost with it).
 func (a *Admission) FlushLog() { a.lines.Flush() }
 
-// Close releases the sock_diag socket.
+// Close stops the sweep of established connections (they stay open: their
+// listener closes them) and releases the sock_diag socket.
 func (a *Admission) Close() error {
+	a.est.stop()
 	var err error
 	a.ownersOnce.Do(func() {}) // no lookup opens it after this
 	if a.owners != nil {

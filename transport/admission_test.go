@@ -168,8 +168,9 @@ func TestAdmitPerSource(t *testing.T) {
 }
 
 // TestAdmitTotal: with the total cap reached by two users, a third user's
-// connection is closed at once and counted, and so is root's (root is
-// not capped per source, but counts toward the total).
+// connection is closed at once and counted. Root's is not: root is not
+// capped per source, counts in the total, and is not refused by it (many
+// users filling the total cannot lock the local admin out).
 func TestAdmitTotal(t *testing.T) {
 	testenv.NeedRoot(t)
 	s := newAdmitServer(t, transport.Limits{PendingPerSource: 4, PendingTotal: 6, HandshakeTimeout: time.Minute})
@@ -178,17 +179,32 @@ func TestAdmitTotal(t *testing.T) {
 	}
 	held := []net.Conn{s.dialAs(t, otherUID), s.dialAs(t, otherUID)}
 	s.wantHeld(t, 6)
-	for _, uid := range []int{65532, 0} {
-		if c := s.dialAs(t, uid); !closedAtOnce(c, 2*time.Second) {
-			t.Fatalf("uid %d's connection is held over the total cap", uid)
+	if c := s.dialAs(t, 65532); !closedAtOnce(c, 2*time.Second) {
+		t.Fatal("uid 65532's connection is held over the total cap")
+	}
+	if n := s.adm.Refusals().Get(transport.ReasonPendingTotal); n != 1 {
+		t.Fatalf("%s counted %d, want 1", transport.ReasonPendingTotal, n)
+	}
+	var roots []net.Conn
+	for range 3 {
+		roots = append(roots, s.dialAs(t, 0))
+	}
+	s.wantHeld(t, 9)
+	for i, c := range roots {
+		if closedAtOnce(c, 100*time.Millisecond) {
+			t.Fatalf("root's connection %d was refused while other users fill the total cap", i)
 		}
 	}
-	if n := s.adm.Refusals().Get(transport.ReasonPendingTotal); n != 2 {
-		t.Fatalf("%s counted %d, want 2", transport.ReasonPendingTotal, n)
+	if n := s.adm.Refusals().Total(); n != 1 {
+		t.Fatalf("%d refusals, want the one of uid 65532", n)
 	}
-	_ = held[0].Close()
+	// Root's connections count in the total: with them gone and one of
+	// 65533's, another user fits again.
+	for _, c := range append(roots, held[0]) {
+		_ = c.Close()
+	}
 	s.wantHeld(t, 5)
-	s.dialAs(t, 0)
+	s.dialAs(t, 65532)
 	s.wantHeld(t, 6)
 }
 
@@ -213,49 +229,58 @@ func TestAdmitHandshakeTimeout(t *testing.T) {
 
 // TestAdmitDescriptorReserve: a connection accepted within the reserve of
 // the descriptor limit (every descriptor below the one it was given is in
-// use) is closed at once and counted. When descriptors are free again,
-// connections get in.
+// use) is closed at once and counted, uid 65534's anywhere in it; root's
+// (this process's user's) gets into the reserve's lower half, never its
+// upper half. When descriptors are free again, connections get in.
 func TestAdmitDescriptorReserve(t *testing.T) {
+	testenv.NeedRoot(t) // to make a socket of another user
 	low := lowestFreeFD(t)
 	// The limit sits 200 above the lowest free descriptor, the reserve is
-	// its top 100: with the descriptors below the line taken, a connection
-	// (its client end, then the accepted end) lands within the reserve.
+	// its top 100 (root may use the lower 50): with the descriptors below
+	// a line taken, a connection (its client end, then the accepted end)
+	// lands just above it.
 	s := newAdmitServer(t, transport.Limits{DescriptorLimit: low + 200, DescriptorReserve: 100, HandshakeTimeout: time.Minute})
-	line := low + 100
 	var fill []*os.File
 	t.Cleanup(func() {
 		for _, f := range fill {
 			_ = f.Close()
 		}
 	})
-	for lowestFreeFD(t) < line {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			t.Fatal(err)
+	fillTo := func(line int) {
+		t.Helper()
+		for lowestFreeFD(t) < line {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill = append(fill, f)
 		}
-		fill = append(fill, f)
 	}
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if !closedAtOnce(c, 2*time.Second) {
-		t.Fatalf("a connection accepted within the reserve (descriptors below %d in use, limit %d) is held", line, low+200)
+	fillTo(low + 100)
+	if c := s.dialAs(t, nobodyUID); !closedAtOnce(c, 2*time.Second) {
+		t.Fatalf("uid 65534's connection accepted within the reserve (descriptors below %d in use, limit %d) is held", low+100, low+200)
 	}
 	if n := s.adm.Refusals().Get(transport.ReasonDescriptors); n != 1 {
 		t.Fatalf("%s counted %d, want 1", transport.ReasonDescriptors, n)
 	}
-	for _, f := range fill[len(fill)/2:] {
+	root := s.dialAs(t, 0)
+	s.wantHeld(t, 1)
+	if closedAtOnce(root, 200*time.Millisecond) {
+		t.Fatal("root's connection in the reserve's lower half was refused")
+	}
+	fillTo(low + 150)
+	if c := s.dialAs(t, 0); !closedAtOnce(c, 2*time.Second) {
+		t.Fatalf("root's connection in the reserve's upper half (descriptors below %d in use) is held", low+150)
+	}
+	if n := s.adm.Refusals().Get(transport.ReasonDescriptors); n != 2 {
+		t.Fatalf("%s counted %d, want 2", transport.ReasonDescriptors, n)
+	}
+	for _, f := range fill {
 		_ = f.Close()
 	}
-	fill = fill[:len(fill)/2]
-	ok, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ok.Close()
-	s.wantHeld(t, 1)
+	fill = nil
+	ok := s.dialAs(t, nobodyUID)
+	s.wantHeld(t, 2)
 	if closedAtOnce(ok, 200*time.Millisecond) {
 		t.Fatal("refused with descriptors free again")
 	}

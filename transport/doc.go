@@ -9,11 +9,19 @@
 //   - a connection is admitted at accept only within its listener's
 //     limits (Admission: a handshake deadline, a cap on connections in
 //     their handshake per source, the peer socket's owner for a local
-//     peer, and in all, a reserve of descriptors); the rest are closed at
-//     once, counted and logged, and the log of every refusal is bounded;
+//     peer, and in all, a reserve of descriptors; root and the process's
+//     own user are held by the reserve's lower half only); the rest are
+//     closed at once, counted and logged, and the log of every refusal is
+//     bounded;
 //   - the TLS handshake admits only certificates of the gateway's CA that
 //     are not revoked and whose identity (trust.Identity) this endpoint
 //     accepts; a refused handshake is logged and counted;
+//   - a connection past its handshake counts against its identity's cap
+//     of established connections (root's and the process's own user's
+//     sockets excepted); one with no gRPC stream is closed after a while
+//     (Limits.IdleTimeout); and a sweep closes the connections (and, with
+//     Admission.Track, the relays) whose certificate was revoked since
+//     their handshake;
 //   - a gRPC stream interceptor reads every MessageBatch before protoactor
 //     does: indices in range, the proto serializer only, and each envelope's
 //     (peer role, target actor id, message type) allowed by the endpoint's

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/stockade-dev/stockade/trust"
 )
@@ -105,9 +106,10 @@ func Start(sys *actor.ActorSystem, cfg Config) (ep *Endpoint, err error) {
 	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
 		host = "[" + host + "]" // protoactor joins host and port with a bare ":"
 	}
-	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g}
+	creds := &serverCreds{TransportCredentials: credentials.NewTLS(trust.ServerConfig(cfg.Cert, cfg.Verifier)), g: g, v: cfg.Verifier}
 	rc := remote.Configure(host, cfg.Port,
 		remote.WithServerOptions(grpc.Creds(creds), grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.ConnectionTimeout(adm.HandshakeTimeout()),
+			grpc.KeepaliveParams(serverKeepalive(adm.Limits())),
 			grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream)),
 		remote.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(trust.ClientConfig(cfg.Cert, dial))),
 			grpc.WithChainStreamInterceptor(retireFailedConn)))
@@ -130,6 +132,25 @@ func Start(sys *actor.ActorSystem, cfg Config) (ep *Endpoint, err error) {
 	}()
 	rem.Start()
 	return &Endpoint{Remote: rem, adm: adm, own: own}, nil
+}
+
+// serverKeepalive is an endpoint's gRPC keepalive: a connection with no
+// stream for l.IdleTimeout is closed (MaxConnectionIdle: a GOAWAY, then
+// the close once its last stream is gone; a peer that does not answer the
+// GOAWAY's ping waits 5 s more). protoactor's connections never meet it:
+// the endpoint writer opens its Receive stream as soon as it dials and
+// keeps it until it drops the connection, and every message to that peer
+// (a logs stream's included) rides that one stream, however quiet. A
+// connection that lives past it is one that never opened a stream.
+//
+// The server's pings stay gRPC's (one after two hours without a frame
+// read, 20 s to answer): any HTTP/2 peer answers them, so they would not
+// end an idle attacker's connection, and sooner ones would cut a peer
+// that is paused (a node stopped by SIGSTOP, a CLI suspended with ^Z).
+// A peer whose host is gone is found by TCP keepalive (Go's default on
+// every accepted connection: probes after 15 s of silence).
+func serverKeepalive(l Limits) keepalive.ServerParameters {
+	return keepalive.ServerParameters{MaxConnectionIdle: l.IdleTimeout}
 }
 
 // LocalIPFor returns the local address this host uses to reach addr: where

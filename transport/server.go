@@ -60,14 +60,18 @@ type authInfo struct {
 
 // serverCreds wraps grpc's TLS credentials: a failed handshake (plain
 // text, no certificate, another CA, revoked, a role this endpoint does not
-// accept) is logged and counted; a good one carries the peer's identity.
+// accept) is logged and counted; a good one carries the peer's identity,
+// and its connection is established within its identity's cap
+// (Admission.establish), closed by the sweep once v says its certificate
+// is revoked.
 type serverCreds struct {
 	credentials.TransportCredentials
 	g *guard
+	v *trust.Verifier // the verifier of the TLS configuration
 }
 
 func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	done, ok := c.g.adm.Admit(raw)
+	privileged, done, ok := c.g.adm.admit(raw)
 	if !ok {
 		return nil, nil, errRefusedAtAccept
 	}
@@ -87,12 +91,17 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 		_ = conn.Close()
 		return nil, nil, errors.New("transport: handshake without a peer certificate")
 	}
-	id, err := trust.IdentityOf(info.State.PeerCertificates[0])
+	leaf := info.State.PeerCertificates[0]
+	id, err := trust.IdentityOf(leaf)
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("transport: %w", err)
 	}
-	return conn, authInfo{TLSInfo: info, id: id}, nil
+	live, err := c.g.adm.establish(conn, id, leaf, c.v, !privileged)
+	if err != nil {
+		return nil, nil, err
+	}
+	return live, authInfo{TLSInfo: info, id: id}, nil
 }
 
 // errRefusedAtAccept: the Admission closed the connection (counted and
@@ -100,7 +109,7 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 var errRefusedAtAccept = errors.New("transport: connection refused at accept")
 
 func (c *serverCreds) Clone() credentials.TransportCredentials {
-	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g}
+	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), g: c.g, v: c.v}
 }
 
 // guard authorizes what arrives at one endpoint.

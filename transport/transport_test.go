@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -146,19 +145,19 @@ type gateway struct {
 	log     *testenv.Buffer
 	ep      *transport.Endpoint
 	actors  map[string]*recorder
-
-	mu      sync.Mutex
-	revoked map[string]bool // serials (decimal)
+	revoked transporttest.Revocations
 }
 
 // gw is this process's gateway endpoint.
 var gw *gateway
 
 // gatewayLimits are gw's: a short handshake timeout and small caps, for
-// the tests of the deadline and the caps (limits_test.go); its log keeps
-// every refusal, which tests look for (the log's bound is
+// the tests of the deadline and the caps (limits_test.go,
+// established_test.go), a short idle timeout and a quick sweep; its log
+// keeps every refusal, which tests look for (the log's bound is
 // TestAdmitRefusalLogBound's).
-var gatewayLimits = transport.Limits{HandshakeTimeout: 2 * time.Second, PendingPerSource: 8, PendingTotal: 40, LogRefusals: 1 << 20}
+var gatewayLimits = transport.Limits{HandshakeTimeout: 2 * time.Second, PendingPerSource: 8, PendingTotal: 40, LogRefusals: 1 << 20,
+	ClientConns: 6, IdleTimeout: time.Second, SweepEvery: 200 * time.Millisecond}
 
 // newGateway starts a gateway endpoint with a new CA in dir.
 func newGateway(dir string) (g *gateway, stop func(), err error) {
@@ -166,12 +165,12 @@ func newGateway(dir string) (g *gateway, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	g = &gateway{ca: ca, refused: transport.NewRefusals(), actors: map[string]*recorder{}, revoked: map[string]bool{}}
+	g = &gateway{ca: ca, refused: transport.NewRefusals(), actors: map[string]*recorder{}}
 	ver, err := verifier(ca.CertPEM, trust.RoleClient, trust.RoleSupervisor, trust.RoleGateway)
 	if err != nil {
 		return nil, nil, err
 	}
-	ver.Revoked = g.isRevoked
+	ver.Revoked = g.revoked.Revoked
 	node, err := issue(ca, node1)
 	if err != nil {
 		return nil, nil, err
@@ -230,17 +229,7 @@ func issue(ca *trust.CA, id trust.Identity) (tls.Certificate, error) {
 	return trust.KeyPair(certPEM, keyPEM)
 }
 
-func (g *gateway) isRevoked(serial *big.Int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.revoked[serial.String()]
-}
-
-func (g *gateway) revoke(kp tls.Certificate) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.revoked[kp.Leaf.SerialNumber.String()] = true
-}
+func (g *gateway) revoke(kp tls.Certificate) { g.revoked.Revoke(kp) }
 
 // cert issues a key pair for id from g's CA.
 func (g *gateway) cert(t *testing.T, id trust.Identity) tls.Certificate {

@@ -245,8 +245,11 @@ func Run(ctx context.Context, cfg Config) error {
 		retries = nodeConnectRetries
 	}
 	// One Admission for the API and the relay listener: their caps on
-	// connections in their handshake, and their refusal log's bound, are
-	// the gateway's.
+	// connections in their handshake and on each identity's established
+	// ones, the sweep that closes the connections and relays of a revoked
+	// certificate (each verifier asks pk's view of the client records,
+	// which a cluster node keeps from etcd), and their refusal log's
+	// bound, are the gateway's.
 	adm := transport.NewAdmission(transport.Limits{}, cfg.Refused, cfg.Log)
 	defer func() {
 		adm.FlushLog()
@@ -268,7 +271,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	// Relays are TLS too: clients and supervisors with their certificates.
-	relayLn := tls.NewListener(relayTCP, trust.ServerConfig(pk.node, pk.verifier(trust.RoleClient, trust.RoleSupervisor)))
+	relayVerifier := pk.verifier(trust.RoleClient, trust.RoleSupervisor)
+	relayLn := tls.NewListener(relayTCP, trust.ServerConfig(pk.node, relayVerifier))
 	counters := cfg.Counters
 	if counters == nil {
 		counters = supervise.NewCounters()
@@ -304,7 +308,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// and gives up on them too; their ids are well known to remote peers.
 	sandboxes := actor.NewPID(sys.Address(), transport.SandboxesActor)
 	rootProps := treeProps(cfg.Log, counters, gaveUp, []child{
-		{"relay-listener", relay.ListenerProps(relayLn, adm, cfg.Log)},
+		{"relay-listener", relay.ListenerProps(relayLn, relayVerifier, adm, cfg.Log)},
 		{"sandboxes", sandbox.Props(env)},
 		{path.Base(transport.APIActor), apiProps(&apiActor{log: cfg.Log, faults: cfg.Faults, chaos: cfg.Chaos, pki: pk, sandboxes: sandboxes,
 			auth: sandbox.Authority{Clients: pk, Self: pk.self, Log: cfg.Log, Refusals: refusals}})},

@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -93,16 +94,21 @@ type pending struct {
 // belongs to the caller (it survives a restart of the actor). adm decides
 // which connections it takes (caps on those in their handshake, the
 // descriptor reserve), bounds each one's handshake and token line
-// (HandshakeTimeout), and counts and logs the refusals.
-func ListenerProps(ln net.Listener, adm *transport.Admission, log zerolog.Logger) *actor.Props {
+// (HandshakeTimeout), and counts and logs the refusals. v is the verifier
+// of ln's TLS configuration: adm tracks each end of a relay from its
+// token line on (Admission.Track), and its sweep closes an end whose
+// certificate v no longer accepts (a client revoked while its exec,
+// connect or port-forward runs), which ends the relay.
+func ListenerProps(ln net.Listener, v *trust.Verifier, adm *transport.Admission, log zerolog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &listener{ln: ln, adm: adm, log: log, byToken: map[string]*pending{},
+		return &listener{ln: ln, v: v, adm: adm, log: log, byToken: map[string]*pending{},
 			refusals: audit.NewLineLimit(log, "relay", "refused relay connections", transport.DefaultLogRefusals, transport.DefaultLogWindow)}
 	}, actor.WithReceiverMiddleware(supervise.PanicStack(log)))
 }
 
 type listener struct {
 	ln      net.Listener
+	v       *trust.Verifier
 	adm     *transport.Admission
 	log     zerolog.Logger
 	byToken map[string]*pending
@@ -209,14 +215,18 @@ func (l *listener) start(ctx actor.Context) {
 				continue // closed, counted and logged
 			}
 			go func() {
-				tok, br, peer, err := readPreamble(c, l.adm.HandshakeTimeout())
+				tok, br, peer, leaf, err := readPreamble(c, l.adm.HandshakeTimeout())
 				done()
 				if err != nil {
 					l.adm.HandshakeFailed(c, err)
 					_ = c.Close()
 					return
 				}
-				sys.Root.Send(self, &arrived{token: tok, conn: c, buf: br, peer: peer})
+				conn := c
+				if leaf != nil {
+					conn = l.adm.Track(c, peer, leaf, l.v)
+				}
+				sys.Root.Send(self, &arrived{token: tok, conn: conn, buf: br, peer: peer})
 			}()
 		}
 	}()
@@ -236,35 +246,37 @@ func (l *listener) stop() {
 }
 
 // readPreamble completes the TLS handshake (on a TLS connection: the
-// peer's identity) and reads the token line, both within timeout.
-func readPreamble(c net.Conn, timeout time.Duration) (string, *bufio.Reader, trust.Identity, error) {
+// peer's identity and certificate) and reads the token line, both within
+// timeout.
+func readPreamble(c net.Conn, timeout time.Duration) (string, *bufio.Reader, trust.Identity, *x509.Certificate, error) {
 	var peer trust.Identity
+	var leaf *x509.Certificate
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
 	if tc, ok := c.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
-			return "", nil, peer, fmt.Errorf("relay: handshake: %w", err)
+			return "", nil, peer, nil, fmt.Errorf("relay: handshake: %w", err)
 		}
 		certs := tc.ConnectionState().PeerCertificates
 		if len(certs) == 0 {
-			return "", nil, peer, errors.New("relay: no peer certificate")
+			return "", nil, peer, nil, errors.New("relay: no peer certificate")
 		}
 		id, err := trust.IdentityOf(certs[0])
 		if err != nil {
-			return "", nil, peer, fmt.Errorf("relay: %w", err)
+			return "", nil, peer, nil, fmt.Errorf("relay: %w", err)
 		}
-		peer = id
+		peer, leaf = id, certs[0]
 	}
 	br := bufio.NewReaderSize(c, 512)
 	line, err := br.ReadString('\n')
 	if err != nil {
-		return "", nil, peer, fmt.Errorf("relay: read preamble: %w", err)
+		return "", nil, peer, nil, fmt.Errorf("relay: read preamble: %w", err)
 	}
 	line = strings.TrimSpace(line)
 	if !strings.HasPrefix(line, Preamble) || len(line) > len(Preamble)+64 {
-		return "", nil, peer, fmt.Errorf("relay: bad preamble %q", line)
+		return "", nil, peer, nil, fmt.Errorf("relay: bad preamble %q", line)
 	}
-	return strings.TrimPrefix(line, Preamble), br, peer, nil
+	return strings.TrimPrefix(line, Preamble), br, peer, leaf, nil
 }
 
 // ActorProps returns the props of one relay/N actor splicing a Pair.

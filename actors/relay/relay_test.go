@@ -18,12 +18,14 @@ import (
 	"github.com/stockade-dev/stockade/trust"
 )
 
-// pki is a CA and what it issues, for the relay's TLS.
+// pki is a CA and what it issues, for the relay's TLS; its verifier
+// asks revoked.
 type pki struct {
-	t    *testing.T
-	ca   *trust.CA
-	ver  *trust.Verifier
-	node tls.Certificate
+	t       *testing.T
+	ca      *trust.CA
+	ver     *trust.Verifier
+	node    tls.Certificate
+	revoked transporttest.Revocations
 }
 
 func newPKI(t *testing.T) *pki {
@@ -36,7 +38,8 @@ func newPKI(t *testing.T) *pki {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pki{t: t, ca: ca, ver: &trust.Verifier{CAs: pool}}
+	p := &pki{t: t, ca: ca}
+	p.ver = &trust.Verifier{CAs: pool, Revoked: p.revoked.Revoked}
 	p.node = p.cert(trust.Identity{Role: trust.RoleGateway, Name: "n1"})
 	return p
 }
@@ -92,7 +95,7 @@ func newRelayWorldWith(t *testing.T, limits transport.Limits) *relayWorld {
 		}
 	}))
 	w.adm = transport.NewAdmission(limits, nil, log)
-	w.listener = w.sys.Root.Spawn(ListenerProps(ln, w.adm, log))
+	w.listener = w.sys.Root.Spawn(ListenerProps(ln, w.ver, w.adm, log))
 	t.Cleanup(func() {
 		_ = w.sys.Root.StopFuture(w.listener).Wait()
 		_ = tcp.Close()
@@ -108,7 +111,13 @@ func newRelayWorldWith(t *testing.T, limits transport.Limits) *relayWorld {
 // dial opens a TLS connection as id and sends the preamble with token.
 func (w *relayWorld) dial(id trust.Identity, token string) net.Conn {
 	w.t.Helper()
-	c, err := tls.Dial("tcp", w.addr, trust.ClientConfig(w.cert(id), w.ver))
+	return w.dialWith(w.cert(id), token)
+}
+
+// dialWith is dial with the key pair kp.
+func (w *relayWorld) dialWith(kp tls.Certificate, token string) net.Conn {
+	w.t.Helper()
+	c, err := tls.Dial("tcp", w.addr, trust.ClientConfig(kp, w.ver))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -316,4 +325,57 @@ func TestRelayRefusalLogBounded(t *testing.T) {
 	if reports != 1 || lines+notLogged != 2*flood {
 		t.Fatalf("%d reports counting %d, want one counting %d", reports, notLogged, 2*flood-lines)
 	}
+}
+
+// echoes reports whether bytes written on from come out of to within d.
+func echoes(t *testing.T, from, to net.Conn, d time.Duration) bool {
+	t.Helper()
+	if _, err := from.Write([]byte("ping\n")); err != nil {
+		return false
+	}
+	_ = to.SetReadDeadline(time.Now().Add(d))
+	defer to.SetReadDeadline(time.Time{})
+	line, err := bufio.NewReader(to).ReadString('\n')
+	return err == nil && line == "ping\n"
+}
+
+// TestRelayRevokedClientClosed: two relays run, alice's into box and
+// bob's into box2; alice's certificate is revoked. The sweep closes
+// alice's end within a few sweeps, which ends her relay (box's side is
+// closed too), counted and logged (revoked); bob's relay still carries
+// bytes both ways.
+func TestRelayRevokedClientClosed(t *testing.T) {
+	w := newRelayWorldWith(t, transport.Limits{SweepEvery: 100 * time.Millisecond})
+	alice := w.cert(trust.Identity{Role: trust.RoleClient, Name: "alice"})
+	ct1, st1 := w.expect("box")
+	ct2, st2 := w.expect("box2")
+	cl1 := w.dialWith(alice, ct1)
+	sup1 := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "box"}, st1)
+	cl2 := w.dial(trust.Identity{Role: trust.RoleClient, Name: "bob"}, ct2)
+	sup2 := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "box2"}, st2)
+	for i, p := range [][2]net.Conn{{cl1, sup1}, {sup1, cl1}, {cl2, sup2}, {sup2, cl2}} {
+		if !echoes(t, p[0], p[1], 5*time.Second) {
+			t.Fatalf("relay direction %d does not carry bytes", i)
+		}
+	}
+	w.revoked.Revoke(alice)
+	start := time.Now()
+	if !closed(cl1, 3*time.Second) {
+		t.Fatal("the revoked client's relay end is open 3 s after the revocation (sweep every 100 ms)")
+	}
+	if !closed(sup1, 3*time.Second) {
+		t.Fatal("the revoked client's relay still holds the supervisor's side")
+	}
+	t.Logf("the revoked client's relay ended %s after the revocation", time.Since(start).Round(10*time.Millisecond))
+	for i, p := range [][2]net.Conn{{cl2, sup2}, {sup2, cl2}} {
+		if !echoes(t, p[0], p[1], 5*time.Second) {
+			t.Fatalf("bob's relay, direction %d, stopped carrying bytes", i)
+		}
+	}
+	if n := w.adm.Refusals().Get(transport.ReasonRevoked); n != 1 {
+		t.Fatalf("%s counted %d, want 1", transport.ReasonRevoked, n)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		return strings.Contains(w.log.String(), `"reason":"revoked"`) && strings.Contains(w.log.String(), `"peer":"client:alice"`)
+	}, "the closing is not logged with its reason and identity")
 }
