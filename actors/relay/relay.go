@@ -76,6 +76,9 @@ type Pair struct {
 	ClientBuf, SupervisorBuf *bufio.Reader
 }
 
+// Taken is a session's answer to a Pair: it owns both ends now.
+type Taken struct{}
+
 type arrived struct {
 	token string
 	conn  net.Conn
@@ -156,7 +159,19 @@ func (l *listener) Receive(ctx actor.Context) {
 		}
 		if p.pair.Client != nil && p.pair.Supervisor != nil {
 			pair := p.pair
-			ctx.Send(p.exp.Session, &pair)
+			// The session takes the pair (Taken) or is gone (its
+			// supervisor died, its sandbox moved): then nobody would
+			// ever close the two ends, and the client would wait on
+			// them for ever.
+			f := ctx.RequestFuture(p.exp.Session, &pair, PairTimeout)
+			log, sandbox := l.log, p.exp.Sandbox
+			go func() {
+				if _, err := f.Result(); err != nil {
+					_ = pair.Client.Close()
+					_ = pair.Supervisor.Close()
+					log.Debug().Err(err).Str("sandbox", sandbox).Msg("relay: its session is gone; both ends closed")
+				}
+			}()
 		}
 	case *expired:
 		l.expire(m.token)

@@ -92,6 +92,7 @@ func newRelayWorldWith(t *testing.T, limits transport.Limits) *relayWorld {
 			if _, err := c.SpawnNamed(ActorProps(p, log), ChildName(n)); err != nil {
 				t.Errorf("spawn relay: %v", err)
 			}
+			c.Respond(&Taken{})
 		}
 	}))
 	w.adm = transport.NewAdmission(limits, nil, log)
@@ -378,4 +379,21 @@ func TestRelayRevokedClientClosed(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		return strings.Contains(w.log.String(), `"reason":"revoked"`) && strings.Contains(w.log.String(), `"peer":"client:alice"`)
 	}, "the closing is not logged with its reason and identity")
+}
+
+// TestPairForAGoneSessionIsClosed: a relay that pairs after its session
+// stopped (its supervisor died as the relay was made, its sandbox moved to
+// another node) has both ends closed at once; the client does not wait on
+// them for ever.
+func TestPairForAGoneSessionIsClosed(t *testing.T) {
+	w := newRelayWorld(t)
+	if err := w.sys.Root.StopFuture(w.session).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ct, st := w.expect("box")
+	c := w.dial(trust.Identity{Role: trust.RoleClient, Name: "alice"}, ct)
+	s := w.dial(trust.Identity{Role: trust.RoleSupervisor, Name: "box"}, st)
+	if !closed(c, 5*time.Second) || !closed(s, 5*time.Second) {
+		t.Fatal("the ends of a relay whose session is gone are still open")
+	}
 }

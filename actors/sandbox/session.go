@@ -59,6 +59,7 @@ func (s *sessionActor) Receive(ctx actor.Context) {
 			_ = m.Client.Close()
 			_ = m.Supervisor.Close()
 		}
+		ctx.Respond(&relay.Taken{})
 	}
 }
 

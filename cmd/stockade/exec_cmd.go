@@ -53,6 +53,11 @@ func (co *clientOpts) openRelay(cmd *cobra.Command, name string) (net.Conn, *mes
 // sshClient speaks SSH over a relay stream. The stream is already
 // authenticated by the gateway's one-time token; the host key is pinned to
 // the one the sandbox's supervisor reported (none: refused).
+// sshHandshakeWait bounds the SSH handshake over a relay: the relay pairs
+// within relay.PairTimeout (10 s) or closes the connection, and a paired
+// sandbox answers at once.
+const sshHandshakeWait = 30 * time.Second
+
 func sshClient(conn net.Conn, name string, reply *messages.Reply) (*ssh.Client, error) {
 	if reply.HostKey == "" {
 		return nil, &exitError{exitUnreachable, fmt.Errorf("sandbox %s: the gateway has no host key for it (its supervisor reported none); restart the sandbox", name)}
@@ -61,10 +66,15 @@ func sshClient(conn net.Conn, name string, reply *messages.Reply) (*ssh.Client, 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: bad host key from the gateway: %w", name, err)
 	}
+	// ClientConfig.Timeout bounds only a dial: the handshake over a relay
+	// whose other side never comes (its supervisor died as the relay was
+	// made) would wait for the sandbox's version line for ever.
+	_ = conn.SetDeadline(time.Now().Add(sshHandshakeWait))
 	cc, chans, reqs, err := ssh.NewClientConn(conn, name, &ssh.ClientConfig{User: "sandbox", HostKeyCallback: ssh.FixedHostKey(key), Timeout: 10 * time.Second})
 	if err != nil {
-		return nil, &exitError{exitUnreachable, fmt.Errorf("ssh to sandbox %s over the relay: %w", name, err)}
+		return nil, &exitError{exitUnreachable, fmt.Errorf("ssh to sandbox %s over the relay: %w (its supervisor may have restarted: try again)", name, err)}
 	}
+	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(cc, chans, reqs), nil
 }
 
